@@ -1,0 +1,14 @@
+"""xrpo: XRPO (eXplore-eXploit GRPO) and its baselines for RL from verifiable rewards.
+
+Layout (dependencies point one way, top to bottom):
+    xrpo.algo        pure math of the paper (allocation, advantages, losses, sampling, presets)
+    xrpo.data        Problem records and dataset loaders
+    xrpo.rewards     verifier registry (math, ...)
+    xrpo.icl         evolving ICL corpus, embedders, vector index, prompt template
+    xrpo.rollout     rollout engines and the XRPO planner (Algorithm 1)
+    xrpo.trainer     the single-machine training loop
+    xrpo.eval        pass@k / cons@k metrics and evaluation
+    xrpo.cli         the `xrpo` command
+"""
+
+__version__ = "0.1.0"
