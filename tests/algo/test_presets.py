@@ -1,0 +1,192 @@
+"""Tests for xrpo.algo.presets: completeness, valid values, paper values, exact ablation diffs, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from xrpo.algo.losses import AGG_MODES, KL_ESTIMATORS, get_policy_loss, kl_penalty
+from xrpo.algo.presets import KNOB_NAMES, PRESETS, Knob, get_preset, list_presets, preset_sources
+
+# docs/design.md, `presets` paragraph: the trainer's MethodConfig fields, one name each
+DESIGN_KNOBS = (
+    "adv_scale policy_loss clip_low clip_high loss_agg kl_coef kl_estimator allocation n_base plan_rounds alpha lam "
+    "alloc_mode icl icl_k sharpen lam_nov kappa_clip dynamic_sampling max_gen_batches"
+).split()
+
+EXPECTED_PRESETS = {
+    "grpo", "grpo-deepseekmath", "dapo", "gspo", "dr_grpo", "xrpo", "xrpo-gspo",
+    "xrpo-no-hrp", "xrpo-no-icl", "xrpo-no-as", "xrpo-no-as-icl",
+}
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+VALID = {
+    "adv_scale": lambda v: v in ("std", "none"),
+    "policy_loss": lambda v: v in ("vanilla", "gspo", "gspo_token"),
+    "clip_low": lambda v: _is_real(v) and 0 <= v < 1,
+    "clip_high": lambda v: _is_real(v) and v >= 0,
+    "loss_agg": lambda v: v in AGG_MODES,
+    "kl_coef": lambda v: _is_real(v) and v >= 0,
+    "kl_estimator": lambda v: v in KL_ESTIMATORS,
+    "allocation": lambda v: v in ("uniform", "hrp"),
+    "n_base": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
+    "plan_rounds": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    "alpha": lambda v: _is_real(v) and 0 < v < 1,
+    "lam": lambda v: _is_real(v) and v >= 0,
+    "alloc_mode": lambda v: v in ("proportional", "greedy"),
+    "icl": lambda v: isinstance(v, bool),
+    "icl_k": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    "sharpen": lambda v: isinstance(v, bool),
+    "lam_nov": lambda v: _is_real(v) and v >= 0,
+    "kappa_clip": lambda v: _is_real(v) and v >= 0,
+    "dynamic_sampling": lambda v: isinstance(v, bool),
+    "max_gen_batches": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+}
+
+
+def test_knob_names_are_the_design_names():
+    assert list(KNOB_NAMES) == DESIGN_KNOBS
+    assert set(VALID) == set(DESIGN_KNOBS)
+
+
+def test_preset_names():
+    assert set(list_presets()) == EXPECTED_PRESETS
+    assert list_presets() == list(PRESETS)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PRESETS))
+def test_every_preset_sets_every_knob_with_a_valid_value_and_a_source(name):
+    preset = PRESETS[name]
+    assert list(preset) == DESIGN_KNOBS
+    for knob, k in preset.items():
+        assert isinstance(k, Knob)
+        value, source = k  # a Knob is a (value, source) tuple
+        assert VALID[knob](value), f"{name}.{knob} = {value!r}"
+        assert isinstance(source, str) and len(source) > 20, f"{name}.{knob} has no source"
+    assert get_preset(name) == {knob: k.value for knob, k in preset.items()}
+    assert preset_sources(name) == {knob: k.source for knob, k in preset.items()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PRESETS))
+def test_preset_runs_through_the_real_loss(name):
+    # every preset's loss settings are accepted by the registry, the aggregation and the KL estimator
+    p = get_preset(name)
+    rng = np.random.default_rng(0)
+    old = torch.tensor(rng.normal(-1.0, 0.3, (3, 5)))
+    logp = (old + torch.tensor(rng.normal(0.0, 0.1, (3, 5)))).requires_grad_(True)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
+    loss, metrics = get_policy_loss(p["policy_loss"])(
+        logp, old, torch.tensor([1.0, -0.5, 0.2], dtype=torch.float64), mask,
+        clip_low=p["clip_low"], clip_high=p["clip_high"], agg_mode=p["loss_agg"], max_tokens=5,
+    )
+    kl = kl_penalty(logp, old, p["kl_estimator"], mask=mask)
+    assert torch.isfinite(loss) and torch.isfinite(kl).all()
+    assert set(metrics) >= {"loss/clipfrac_low", "loss/clipfrac_high", "loss/approx_kl"}
+
+
+def _diff(a: str, b: str) -> set[str]:
+    pa, pb = get_preset(a), get_preset(b)
+    return {k for k in DESIGN_KNOBS if pa[k] != pb[k]}
+
+
+@pytest.mark.parametrize(
+    ("ablation", "knobs"),
+    [
+        ("xrpo-no-hrp", {"allocation"}),
+        ("xrpo-no-icl", {"icl"}),
+        ("xrpo-no-as", {"sharpen"}),
+        ("xrpo-no-as-icl", {"icl", "sharpen"}),
+        ("xrpo-gspo", {"policy_loss", "clip_low", "clip_high", "loss_agg"}),
+    ],
+)
+def test_ablations_differ_from_xrpo_in_exactly_their_knobs(ablation, knobs):
+    assert _diff(ablation, "xrpo") == knobs
+    x, a = get_preset("xrpo"), get_preset(ablation)
+    if "allocation" in knobs:
+        assert a["allocation"] == "uniform"
+    if "icl" in knobs:
+        assert a["icl"] is False
+    if "sharpen" in knobs:
+        assert a["sharpen"] is False
+    # the changed knobs cite the ablation's own sentence, the unchanged ones XRPO's
+    sa, sx = preset_sources(ablation), preset_sources("xrpo")
+    for k in DESIGN_KNOBS:
+        assert (sa[k] != sx[k]) == (k in knobs), k
+    assert x["allocation"] == "hrp"
+
+
+def test_xrpo_values_from_the_paper():
+    p = get_preset("xrpo")
+    # XRPO §4.1 Training Setup and §4.3 sensitivity table (alpha written there as confidence 0.95)
+    assert p["n_base"] == 4 and p["plan_rounds"] == 2
+    assert p["alpha"] == 0.05 and p["lam"] == 0.1
+    assert p["icl"] is True and p["icl_k"] == 2
+    assert p["sharpen"] is True and p["lam_nov"] == 2.5 and p["kappa_clip"] == 0.5
+    assert p["kl_coef"] == 0.001 and p["allocation"] == "hrp" and p["alloc_mode"] == "proportional"
+    assert p["dynamic_sampling"] is False
+    # XRPO's loss is its GRPO baseline's
+    loss_knobs = ("adv_scale", "policy_loss", "clip_low", "clip_high", "loss_agg", "kl_coef", "kl_estimator")
+    assert {k: p[k] for k in loss_knobs} == {k: get_preset("grpo")[k] for k in loss_knobs}
+    assert "0.95" in preset_sources("xrpo")["alpha"]
+
+
+def test_baseline_values():
+    grpo = get_preset("grpo")
+    # XRPO §4.1: "Token-Level Policy Gradient Loss and clipping with eps in [0.2, 0.28]"; beta 0.001
+    assert (grpo["policy_loss"], grpo["loss_agg"], grpo["clip_low"], grpo["clip_high"]) == (
+        "vanilla", "token-mean", 0.2, 0.28)
+    assert grpo["kl_coef"] == 0.001 and grpo["adv_scale"] == "std"
+    assert grpo["allocation"] == "uniform" and not grpo["icl"] and not grpo["sharpen"]
+    assert not grpo["dynamic_sampling"]
+
+    ds = get_preset("grpo-deepseekmath")
+    assert (ds["clip_low"], ds["clip_high"], ds["loss_agg"], ds["kl_coef"]) == (0.2, 0.2, "seq-mean-token-mean", 0.04)
+
+    dapo = get_preset("dapo")
+    assert (dapo["clip_low"], dapo["clip_high"], dapo["loss_agg"]) == (0.2, 0.28, "token-mean")
+    assert dapo["dynamic_sampling"] is True and dapo["max_gen_batches"] > 1
+    assert _diff("dapo", "grpo") == {"dynamic_sampling", "max_gen_batches"}
+
+    gspo = get_preset("gspo")
+    assert (gspo["policy_loss"], gspo["clip_low"], gspo["clip_high"]) == ("gspo", 3e-4, 4e-4)
+    assert gspo["loss_agg"] == "seq-mean-token-mean"
+
+    dr = get_preset("dr_grpo")
+    assert dr["adv_scale"] == "none" and dr["loss_agg"] == "seq-mean-token-sum-norm"
+    for name in ("grpo", "grpo-deepseekmath", "dapo", "gspo", "dr_grpo"):
+        p = get_preset(name)
+        assert p["allocation"] == "uniform" and p["icl"] is False and p["sharpen"] is False, name
+
+
+def test_sources_quote_their_papers():
+    assert "Token-Level Policy Gradient Loss" in preset_sources("grpo")["loss_agg"]
+    assert "three of its four components" in preset_sources("dapo")["dynamic_sampling"]
+    assert "complement GSPO" in preset_sources("xrpo-gspo")["policy_loss"]
+    assert "β = 0.001" in preset_sources("xrpo")["kl_coef"]
+    assert "The KL coefficient is 0.04." in preset_sources("grpo-deepseekmath")["kl_coef"]
+    assert "2503.20783" in preset_sources("dr_grpo")["adv_scale"]
+    assert "xrpo default" in preset_sources("grpo")["kl_estimator"]
+    assert "w/o HRP" in preset_sources("xrpo-no-hrp")["allocation"]
+    assert "inactive" in preset_sources("grpo")["alpha"]
+
+
+def test_get_preset_returns_a_copy():
+    p = get_preset("xrpo")
+    p["icl"] = False
+    assert get_preset("xrpo")["icl"] is True
+    s = preset_sources("xrpo")
+    s["icl"] = ""
+    assert preset_sources("xrpo")["icl"]
+
+
+def test_unknown_preset_lists_valid_names():
+    for fn in (get_preset, preset_sources):
+        with pytest.raises(ValueError, match="valid presets: grpo, grpo-deepseekmath, dapo") as e:
+            fn("ppo")
+        for name in EXPECTED_PRESETS:
+            assert name in str(e.value)
