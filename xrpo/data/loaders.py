@@ -1,0 +1,443 @@
+"""Load `Problem`s from JSONL, JSON, parquet and Hugging Face `datasets` directories; save JSONL and verl parquet.
+
+Formats (``fmt``, else detected from the path):
+    ``jsonl``    one JSON object per line (``.jsonl``, ``.ndjson``); blank lines are skipped.
+    ``json``     one JSON list of objects (``.json``).
+    ``parquet``  a parquet file (``.parquet``, ``.pq``), read in batches with pyarrow; struct columns become dicts.
+    ``datasets`` a directory written by ``datasets.Dataset.save_to_disk`` (needs the ``datasets`` extra). A
+                 ``DatasetDict`` directory is refused with the list of its splits: pass the split's directory.
+
+Which fields are used (an explicit ``prompt_key`` / ``answer_key`` / ``id_key`` always wins). The layout is chosen
+from the FIRST record; every later record must then have the same fields:
+    1. verl's layout, when the record has ``prompt`` and a ``reward_model`` object: prompt = ``prompt`` (chat
+       messages or text), answer = ``reward_model.ground_truth``, data source = ``data_source``, id =
+       ``extra_info.index``; extra_info's other entries go into metadata.
+    2. otherwise prompt = the first of ``problem``, ``question``, ``prompt`` present, and answer = the first of
+       ``answer``, ``solution``, ``ground_truth`` present (``solution`` may be a worked solution: the math verifier
+       grades against its last ``\\boxed{}``).
+A dotted key (``reward_model.ground_truth``) walks into nested objects; an integer part indexes a list
+(``answers.0``). A field whose own name contains a dot is found first.
+
+Ids: ``id_key`` if given, else an ``id`` field, else ``extra_info.index``, else ``<file stem>-<i>`` with ``i`` the
+0-based position of the record. Integer ids become strings. Duplicate ids raise.
+
+Answers: strings are kept as they are; integers and finite floats become strings (an integral float such as
+``3.0``, which parquet produces for an integer column with nulls, becomes ``"3"``); lists, booleans, null and empty
+strings raise (pick one element of a list with a dotted key such as ``answers.0``).
+
+Data source: the ``data_source`` argument if given (it overrides the file), else a ``data_source`` field, else "".
+
+Metadata: every top-level field not used above is kept under its own name. A field named ``metadata`` (top level,
+or inside ``extra_info``) that holds an object or a JSON-object string is merged in instead: that is how
+`save_problems_jsonl` and `save_problems_verl_parquet` round-trip ``Problem.metadata``.
+
+Errors name the file and the record: ``line N`` (1-based, as an editor shows it) for JSONL, ``row N (0-based)`` for
+the other formats, which is the index ``datasets`` / pandas / pyarrow use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from xrpo.data.problem import DataError, Problem
+
+__all__ = ["FORMATS", "load_problems", "save_problems_jsonl", "save_problems_verl_parquet"]
+
+FORMATS = ("jsonl", "json", "parquet", "datasets")
+_EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
+_PROMPT_KEYS = ("problem", "question", "prompt")
+_ANSWER_KEYS = ("answer", "solution", "ground_truth")
+_MISSING = object()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading records
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _detect_format(path: Path) -> str:
+    if path.is_dir():
+        return "datasets"
+    suffix = path.suffix.lower()
+    if suffix in _EXTENSIONS:
+        return _EXTENSIONS[suffix]
+    raise ValueError(
+        f"{path}: cannot tell the format from the extension {suffix!r}; pass fmt= one of {list(FORMATS)} "
+        f"(known extensions: {sorted(_EXTENSIONS)}, or a datasets save_to_disk directory)"
+    )
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path} line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            yield f"line {lineno}", record
+
+
+def _iter_json(path: Path) -> Iterator[tuple[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            hint = " (it looks like JSON Lines: use a .jsonl extension or fmt='jsonl')" if e.msg == "Extra data" else ""
+            raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}){hint}") from None
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON list of objects at the top level, got {type(data).__name__}")
+    for i, record in enumerate(data):
+        yield f"row {i} (0-based)", record
+
+
+def _iter_parquet(path: Path) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises several types for a file that is not parquet
+        raise DataError(f"{path}: not a readable parquet file ({e})") from None
+    i = 0
+    for batch in pf.iter_batches(batch_size=1024):
+        for record in batch.to_pylist():
+            yield f"row {i} (0-based)", record
+            i += 1
+
+
+def _iter_datasets(path: Path) -> Iterator[tuple[str, Any]]:
+    if (path / "dataset_dict.json").is_file():
+        splits = sorted(p.name for p in path.iterdir() if p.is_dir())
+        raise DataError(
+            f"{path}: is a datasets DatasetDict with splits {splits}; pass the directory of one split, "
+            f"e.g. {path / (splits[0] if splits else 'train')}"
+        )
+    if not (path / "state.json").is_file() and not (path / "dataset_info.json").is_file():
+        raise DataError(
+            f"{path}: is a directory but not a datasets save_to_disk directory (no state.json or dataset_info.json)"
+        )
+    try:
+        import datasets
+    except ImportError:
+        raise ImportError(
+            f"loading {path} (a datasets save_to_disk directory) needs the `datasets` package: "
+            "pip install 'xrpo[datasets]'"
+        ) from None
+    ds = datasets.load_from_disk(str(path))
+    for i, record in enumerate(ds):
+        yield f"row {i} (0-based)", record
+
+
+_READERS = {"jsonl": _iter_jsonl, "json": _iter_json, "parquet": _iter_parquet, "datasets": _iter_datasets}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fields
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _lookup(record: dict, key: str) -> Any:
+    """Value at `key` in `record`, walking dotted parts into dicts (and integer parts into lists); _MISSING if absent."""
+    if key in record:
+        return record[key]
+    cur: Any = record
+    for part in key.split("."):
+        if isinstance(cur, dict):
+            if part not in cur:
+                return _MISSING
+            cur = cur[part]
+        elif isinstance(cur, (list, tuple)) and part.lstrip("-").isdigit():
+            idx = int(part)
+            if not -len(cur) <= idx < len(cur):
+                return _MISSING
+            cur = cur[idx]
+        else:
+            return _MISSING
+    return cur
+
+
+def _root(key: str, record: dict) -> str:
+    """The top-level field a (possibly dotted) key reads from."""
+    return key if key in record else key.split(".", 1)[0]
+
+
+def _answer_to_str(value: Any, where: str, key: str) -> str:
+    if isinstance(value, bool):
+        raise DataError(f"{where}: field '{key}' must be a string or a number, got a boolean ({value})")
+    if isinstance(value, str):
+        if not value.strip():
+            raise DataError(f"{where}: field '{key}' is an empty string; expected a reference answer")
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DataError(f"{where}: field '{key}' is {value}; expected a finite number or a string")
+        return str(int(value)) if value.is_integer() else repr(value)
+    if value is None:
+        raise DataError(f"{where}: field '{key}' is null; expected a reference answer")
+    if isinstance(value, (list, tuple)):
+        raise DataError(
+            f"{where}: field '{key}' is a list of {len(value)} answers; xrpo needs one reference string: "
+            f"choose one with answer_key='{key}.0' or join them in the file"
+        )
+    raise DataError(f"{where}: field '{key}' must be a string or a number, got {type(value).__name__}")
+
+
+def _id_to_str(value: Any, where: str, key: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(f"{where}: field '{key}' (the id) must be a string or an integer, got {value!r}")
+    if isinstance(value, str) and not value:
+        raise DataError(f"{where}: field '{key}' (the id) is an empty string")
+    return str(value)
+
+
+def _merge_metadata(meta: dict, value: Any) -> bool:
+    """Merge a `metadata` field (object or JSON-object string) into `meta`; False if it is neither."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return False
+    if isinstance(value, dict):
+        meta.update(value)
+        return True
+    return False
+
+
+class _Layout:
+    """Which fields of a record give each part of a Problem (decided from the first record)."""
+
+    def __init__(self, first: dict, where: str, path: Path, prompt_key, answer_key, id_key) -> None:
+        verl = "prompt" in first and isinstance(first.get("reward_model"), dict)
+        self.name = "verl" if verl else "generic"
+        if prompt_key is None:
+            prompt_key = "prompt" if verl else next((k for k in _PROMPT_KEYS if k in first), None)
+            if prompt_key is None:
+                raise DataError(
+                    f"{path} {where}: no prompt field: expected one of {list(_PROMPT_KEYS)} or verl's 'prompt' "
+                    f"(or pass prompt_key=); fields present: {sorted(first)}"
+                )
+        if answer_key is None:
+            answer_key = "reward_model.ground_truth" if verl else next((k for k in _ANSWER_KEYS if k in first), None)
+            if answer_key is None:
+                raise DataError(
+                    f"{path} {where}: no answer field: expected one of {list(_ANSWER_KEYS)} or verl's "
+                    f"'reward_model.ground_truth' (or pass answer_key=); fields present: {sorted(first)}"
+                )
+        if id_key is None:
+            if "id" in first:
+                id_key = "id"
+            elif _lookup(first, "extra_info.index") is not _MISSING:
+                id_key = "extra_info.index"
+        self.prompt_key, self.answer_key, self.id_key = prompt_key, answer_key, id_key
+
+
+def _make_problem(record: Any, where: str, index: int, layout: _Layout, stem: str, data_source: str | None) -> Problem:
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected an object with named fields, got {type(record).__name__}")
+
+    prompt = _lookup(record, layout.prompt_key)
+    if prompt is _MISSING:
+        raise DataError(f"{where}: missing field '{layout.prompt_key}' (the prompt); fields present: {sorted(record)}")
+    if prompt is None:
+        raise DataError(f"{where}: field '{layout.prompt_key}' (the prompt) is null")
+    if not isinstance(prompt, (str, list, tuple)):
+        raise DataError(
+            f"{where}: field '{layout.prompt_key}' (the prompt) must be text or a list of chat messages, "
+            f"got {type(prompt).__name__}"
+        )
+
+    raw_answer = _lookup(record, layout.answer_key)
+    if raw_answer is _MISSING:
+        raise DataError(f"{where}: missing field '{layout.answer_key}' (the answer); fields present: {sorted(record)}")
+    answer = _answer_to_str(raw_answer, where, layout.answer_key)
+
+    if layout.id_key is None:
+        pid = f"{stem}-{index}"
+    else:
+        raw_id = _lookup(record, layout.id_key)
+        if raw_id is _MISSING:
+            raise DataError(f"{where}: missing field '{layout.id_key}' (the id); fields present: {sorted(record)}")
+        pid = _id_to_str(raw_id, where, layout.id_key)
+
+    if data_source is None:
+        ds = record.get("data_source", "")
+        if ds is None:
+            ds = ""
+        if not isinstance(ds, str):
+            raise DataError(f"{where}: field 'data_source' must be a string, got {type(ds).__name__}")
+    else:
+        ds = data_source
+
+    used = {_root(layout.prompt_key, record), _root(layout.answer_key, record), "data_source"}
+    if layout.id_key is not None:
+        used.add(_root(layout.id_key, record))
+    meta: dict = {}
+    for key, value in record.items():
+        if key in used or (key == "metadata" and _merge_metadata(meta, value)):
+            continue
+        meta[key] = value
+    if layout.name == "verl" and isinstance(record.get("extra_info"), dict):
+        for key, value in record["extra_info"].items():
+            if layout.id_key == "extra_info.index" and key == "index":
+                continue
+            if key == "metadata" and _merge_metadata(meta, value):
+                continue
+            meta[key] = value
+        meta.pop("extra_info", None)
+
+    try:
+        return Problem(id=pid, prompt=prompt, answer=answer, data_source=ds, metadata=meta)
+    except ValueError as e:
+        raise DataError(f"{where}: field '{layout.prompt_key}': {e}") from None
+
+
+def load_problems(
+    path: str | os.PathLike,
+    *,
+    fmt: str | None = None,
+    prompt_key: str | None = None,
+    answer_key: str | None = None,
+    id_key: str | None = None,
+    data_source: str | None = None,
+    limit: int | None = None,
+) -> list[Problem]:
+    """Read problems from a JSONL / JSON / parquet file or a `datasets` directory (see the module docstring).
+
+    Args:
+        path: the file or directory.
+        fmt: one of ``FORMATS``; detected from the extension (or a directory) when None.
+        prompt_key / answer_key / id_key: field names (dotted for nested fields) overriding the detected layout.
+        data_source: a value for every problem's ``data_source`` (overrides the file's field).
+        limit: read only the first ``limit`` records (a positive integer); later records are not validated.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: a bad argument. DataError (a ValueError): a malformed file or record, naming the file, the record
+            (``line N`` / ``row N (0-based)``) and the field; an empty file; duplicate ids.
+        ImportError: a `datasets` directory without the `datasets` package.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"load_problems: {path} does not exist")
+    if fmt is None:
+        fmt = _detect_format(path)
+    elif fmt not in FORMATS:
+        raise ValueError(f"fmt: unknown format {fmt!r}; valid formats: {list(FORMATS)}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit: expected a positive integer or None, got {limit!r}")
+    for name, value in (("prompt_key", prompt_key), ("answer_key", answer_key), ("id_key", id_key)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValueError(f"{name}: expected a non-empty field name or None, got {value!r}")
+    if data_source is not None and not isinstance(data_source, str):
+        raise ValueError(f"data_source: expected a string or None, got {type(data_source).__name__}")
+    if fmt != "datasets" and path.is_dir():
+        raise ValueError(f"{path}: is a directory, but fmt={fmt!r} expects a file")
+    if fmt == "datasets" and not path.is_dir():
+        raise ValueError(f"{path}: fmt='datasets' expects a save_to_disk directory, got a file")
+
+    stem = path.name if path.is_dir() else path.stem
+    problems: list[Problem] = []
+    first_seen: dict[str, str] = {}
+    layout: _Layout | None = None
+    for index, (pos, record) in enumerate(_READERS[fmt](path)):
+        where = f"{path} {pos}"
+        if layout is None:
+            if not isinstance(record, dict):
+                raise DataError(f"{where}: expected an object with named fields, got {type(record).__name__}")
+            layout = _Layout(record, pos, path, prompt_key, answer_key, id_key)
+        problem = _make_problem(record, where, index, layout, stem, data_source)
+        if problem.id in first_seen:
+            raise DataError(f"{where}: duplicate id {problem.id!r} (first seen at {first_seen[problem.id]})")
+        first_seen[problem.id] = pos
+        problems.append(problem)
+        if limit is not None and len(problems) == limit:
+            break  # before the reader parses the next record
+    if not problems:
+        raise DataError(f"no problems in {path}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Saving
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _check_problems(problems: Iterable[Problem], fn: str) -> list[Problem]:
+    problems = list(problems)
+    if not problems:
+        raise ValueError(f"{fn}: no problems to save")
+    seen: set[str] = set()
+    for i, p in enumerate(problems):
+        if not isinstance(p, Problem):
+            raise ValueError(f"{fn}: problems[{i}] is a {type(p).__name__}, expected a Problem")
+        if p.id in seen:
+            raise ValueError(f"{fn}: duplicate id {p.id!r} at problems[{i}]")
+        seen.add(p.id)
+    return problems
+
+
+def _metadata_json(p: Problem, fn: str) -> str:
+    try:
+        return json.dumps(p.metadata, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{fn}: metadata of problem {p.id!r} is not JSON-serialisable ({e})") from None
+
+
+def save_problems_jsonl(problems: Iterable[Problem], path: str | os.PathLike) -> Path:
+    """Write one JSON object per problem: ``{"id", "prompt", "answer", "data_source", "metadata"}``.
+
+    `load_problems` reads the file back to equal problems (metadata through JSON: tuples come back as lists).
+    Creates the parent directory; returns the path.
+    """
+    problems = _check_problems(problems, "save_problems_jsonl")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for p in problems:
+        _metadata_json(p, "save_problems_jsonl")
+        record = {"id": p.id, "prompt": p.prompt, "answer": p.answer, "data_source": p.data_source,
+                  "metadata": p.metadata}
+        lines.append(json.dumps(record, ensure_ascii=False))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def save_problems_verl_parquet(problems: Iterable[Problem], path: str | os.PathLike) -> Path:
+    """Write verl's RL parquet layout, one row per problem:
+
+        data_source   the problem's data_source (verl picks the reward function with it)
+        prompt        chat messages; a text prompt becomes ``[{"role": "user", "content": text}]``
+        reward_model  ``{"style": "rule", "ground_truth": answer}``
+        extra_info    ``{"index": id, "metadata": <metadata as a JSON string>}``
+
+    The metadata is a JSON string because parquet needs one struct type for a column and metadata differs between
+    problems. `load_problems` reads the file back to equal problems, except that a text prompt comes back as the
+    one-message chat above (``Problem.text`` is unchanged) and message keys other than role and content are
+    dropped. Creates the parent directory; returns the path.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    problems = _check_problems(problems, "save_problems_verl_parquet")
+    rows = []
+    for p in problems:
+        messages = p.prompt if isinstance(p.prompt, list) else [{"role": "user", "content": p.prompt}]
+        rows.append({
+            "data_source": p.data_source,
+            # only role/content: one struct type for the column, and all verl reads
+            "prompt": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "reward_model": {"style": "rule", "ground_truth": p.answer},
+            "extra_info": {"index": p.id, "metadata": _metadata_json(p, "save_problems_verl_parquet")},
+        })
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
