@@ -1,0 +1,135 @@
+"""Per-step cost of XRPO's pure math: rollout planning, GRPO advantages, Eq. (4) scores, novelty and sharpening.
+
+One training step of Algorithm 1 calls, on the host:
+    plan_phases + allocate_round (round 1) + allocate_round (round 2)         planning (Section 3.2)
+    group_advantages                                                            GRPO advantage (Section 2.1)
+    length_normalized_loglik over the (B, T) token log-probs                  Eq. (4)
+    sharpen_advantages (computes the novelty of Eq. (5) itself)                Eqs. (5)-(6)
+`novelty` is also timed alone for reference; it is not added to the step (sharpen_advantages recomputes it).
+
+Rewards are Bernoulli with a per-prompt success rate drawn uniformly (about 1/4 of prompts all-wrong or
+all-right, as in training); token log-probs are float32 with completion lengths uniform in [1, T].
+
+    python benchmarks/bench_algo.py            # full tables (about a minute on 2 cores)
+    python benchmarks/bench_algo.py --quick    # small sizes, few repeats: a sanity run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from xrpo.algo.advantages import group_advantages, length_normalized_loglik, novelty, sharpen_advantages
+from xrpo.algo.allocation import allocate_round, plan_phases
+
+
+def make_step_inputs(num_prompts: int, per_prompt: int, T: int, seed: int = 0):
+    """Rewards per round, the final batch, and the (B, T) log-prob tensor of one simulated step."""
+    rng = np.random.default_rng(seed)
+    n_base = per_prompt // 2
+    plan = plan_phases(num_prompts, num_prompts * per_prompt, n_base, 2)
+    rate = rng.random(num_prompts)
+    rate[: num_prompts // 8] = 0.0  # hard prompts: all wrong
+    rate[num_prompts // 8 : num_prompts // 4] = 1.0  # easy prompts: all right
+    draw = lambda q, k: (rng.random(k) < rate[q]).astype(np.float64)  # noqa: E731
+    round1 = [draw(q, n_base) for q in range(num_prompts)]
+    extra1 = allocate_round(round1, plan.round_budgets[0])
+    round2 = [np.concatenate([r, draw(q, int(k))]) for q, (r, k) in enumerate(zip(round1, extra1))]
+    extra2 = allocate_round(round2, plan.round_budgets[1])
+    final = [np.concatenate([r, draw(q, int(k))]) for q, (r, k) in enumerate(zip(round2, extra2))]
+    rewards = np.concatenate(final)
+    group_ids = np.repeat(np.arange(num_prompts) * 7 + 3, [len(r) for r in final])  # non-contiguous ids
+    perm = rng.permutation(len(rewards))  # rollouts arrive in any order
+    rewards, group_ids = rewards[perm], group_ids[perm]
+    B = len(rewards)
+    lengths = rng.integers(1, T + 1, B)
+    mask = np.arange(T)[None, :] < lengths[:, None]
+    logprobs = np.log(rng.random((B, T), dtype=np.float32) * 0.99 + 0.01)
+    return dict(plan_args=(num_prompts, num_prompts * per_prompt, n_base, 2), budgets=plan.round_budgets,
+                round1=round1, round2=round2, rewards=rewards, group_ids=group_ids, logprobs=logprobs, mask=mask)
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def time_components(inp: dict, backend: str, repeats: int, alloc_mode: str = "proportional") -> dict[str, float]:
+    if backend == "torch":
+        rewards, gids = torch.from_numpy(inp["rewards"]), torch.from_numpy(inp["group_ids"])
+        logprobs, mask = torch.from_numpy(inp["logprobs"]), torch.from_numpy(inp["mask"])
+    else:
+        rewards, gids, logprobs, mask = inp["rewards"], inp["group_ids"], inp["logprobs"], inp["mask"]
+    adv = group_advantages(rewards, gids)
+    scores = length_normalized_loglik(logprobs, mask)
+
+    def planning():
+        plan_phases(*inp["plan_args"])
+        allocate_round(inp["round1"], inp["budgets"][0], mode=alloc_mode)
+        allocate_round(inp["round2"], inp["budgets"][1], mode=alloc_mode)
+
+    out = {
+        "planning": median_ms(planning, repeats),
+        "group_advantages": median_ms(lambda: group_advantages(rewards, gids), repeats),
+        "length_normalized_loglik": median_ms(lambda: length_normalized_loglik(logprobs, mask), repeats),
+        "novelty": median_ms(lambda: novelty(scores, gids), repeats),
+        "sharpen_advantages": median_ms(lambda: sharpen_advantages(adv, rewards, scores, gids), repeats),
+    }
+    out["step"] = out["planning"] + out["group_advantages"] + out["length_normalized_loglik"] + out[
+        "sharpen_advantages"]
+    out["step w/o (B,T)"] = out["step"] - out["length_normalized_loglik"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes and 3 repeats (sanity run)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed repeats per figure (median; default 15)")
+    ap.add_argument("--tokens", type=int, default=512, help="T, tokens per completion in the log-prob tensor")
+    args = ap.parse_args()
+    repeats = args.repeats or (3 if args.quick else 15)
+    T = 64 if args.quick else args.tokens
+    settings = [(16, 32), (64, 32)] if args.quick else [(64, 256), (1024, 64)]
+    scaling = [(16, 8), (16, 16), (16, 32)] if args.quick else [(64, 32), (64, 64), (64, 128), (64, 256)]
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}; "
+          f"T = {T} tokens; median of {repeats} repeats; times in ms\n")
+
+    cols = ["planning", "group_advantages", "length_normalized_loglik", "novelty", "sharpen_advantages", "step",
+            "step w/o (B,T)"]
+    print("| setting | backend | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 2) + "|")
+    for q, g in settings:
+        inp = make_step_inputs(q, g, T)
+        for backend in ("numpy", "torch"):
+            r = time_components(inp, backend, repeats)
+            print(f"| {q} x {g} ({q * g:,} rollouts) | {backend} | " + " | ".join(f"{r[c]:.2f}" for c in cols) + " |")
+        # greedy planning hands out rollouts one at a time (a heap): shown for comparison with the default
+        r = time_components(inp, "numpy", max(3, repeats // 3), alloc_mode="greedy")
+        print(f"| {q} x {g} ({q * g:,} rollouts) | numpy, greedy planning | {r['planning']:.2f} | | | | | | |")
+
+    print("\nScaling in the number of rollouts (numpy, proportional planning):\n")
+    print("| rollouts | step (ms) | us / rollout | step w/o (B,T) (ms) | us / rollout |")
+    print("|---|---|---|---|---|")
+    for q, g in scaling:
+        inp = make_step_inputs(q, g, T)
+        r = time_components(inp, "numpy", repeats)
+        n = q * g
+        print(f"| {n:,} ({q} x {g}) | {r['step']:.2f} | {1e3 * r['step'] / n:.3f} | {r['step w/o (B,T)']:.2f} | "
+              f"{1e3 * r['step w/o (B,T)'] / n:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
