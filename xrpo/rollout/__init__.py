@@ -1,1 +1,27 @@
+"""Rollouts: engines that sample completions (`engine`, `hf_engine`, `vllm_engine`) and the XRPO planner.
 
+Import-light: `import xrpo.rollout` loads only the contract (`xrpo.rollout.engine`, standard library only). The engines
+import torch / transformers / vLLM when first accessed (`xrpo.rollout.HFEngine`), and vLLM only when a `VLLMEngine` is
+constructed.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from xrpo.rollout.engine import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams
+
+_LAZY = {
+    "HFEngine": "xrpo.rollout.hf_engine",
+    "VLLMEngine": "xrpo.rollout.vllm_engine",
+    "plan_rollouts": "xrpo.rollout.planner",
+    "PlanResult": "xrpo.rollout.planner",
+}
+
+__all__ = ["FINISH_REASONS", "Rollout", "RolloutEngine", "SamplingParams", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'xrpo.rollout' has no attribute {name!r}")

@@ -1,0 +1,193 @@
+"""The rollout-engine contract: sampling parameters in, rollouts (token ids + per-token log-probs) out.
+
+Engines know nothing of training. A caller renders its prompts (chat template already applied), says how many rollouts
+each prompt gets (XRPO gives each prompt its own number, so `counts` is per prompt), and receives, per prompt, that many
+`Rollout`s. Backends: `xrpo.rollout.hf_engine.HFEngine` (transformers `generate`, CPU or GPU; the one tests use) and
+`xrpo.rollout.vllm_engine.VLLMEngine` (vLLM, GPU, imported lazily).
+
+Conventions every backend follows, so that the trainer can treat them alike:
+- `Rollout.logprobs[t]` is log pi_theta(y_t | x, y_<t) under the model's raw logits, i.e. at temperature 1 and without
+  top-p truncation, whatever temperature / top-p the tokens were sampled with. That is what vLLM returns by default,
+  what a fresh forward pass reproduces, and what the paper's length-normalised log-likelihood (Eq. 4) uses.
+- The EOS token, when generated, is the last completion token (it is an action of the policy, with its log-prob);
+  nothing after it is part of the completion. `text` never shows special tokens.
+- A stop string ends the completion at the token that completes its first occurrence; `text` ends right after the
+  stop string (it is included, like vLLM's `include_stop_str_in_output=True`), `finish_reason` is "stop".
+- `finish_reason` is "length" when `max_new_tokens` tokens were generated without EOS or stop string.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "FINISH_REASONS",
+    "FinishReason",
+    "SamplingParams",
+    "Rollout",
+    "RolloutEngine",
+    "validate_generate_args",
+    "find_stop",
+    "cut_at_stop",
+]
+
+FinishReason = Literal["eos", "length", "stop"]
+FINISH_REASONS: tuple[str, ...] = ("eos", "length", "stop")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample completions; the same object drives every backend."""
+
+    temperature: float = 1.0
+    """Softmax temperature of the sampling distribution; 0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling: sample from the smallest set of tokens whose probability reaches top_p; 1 disables it."""
+    max_new_tokens: int = 256
+    """Most tokens generated per completion (EOS included)."""
+    stop: tuple[str, ...] = ()
+    """Stop strings: the completion ends at the first occurrence of any of them (included in the text)."""
+    seed: int | None = None
+    """Seed for one `generate` call: the same seed, prompts, counts and model give the same rollouts. None draws from
+    the backend's running random state. A trainer should pass a different seed every step (e.g. base seed + step)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, numbers.Real):
+            raise ValueError(f"SamplingParams.temperature: expected a number >= 0, got {self.temperature!r}")
+        if not self.temperature >= 0 or self.temperature == float("inf"):
+            raise ValueError(f"SamplingParams.temperature: expected a finite number >= 0, got {self.temperature!r}")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, numbers.Real) or not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p: expected a number in (0, 1], got {self.top_p!r}")
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens: expected an int >= 1, got {self.max_new_tokens!r}")
+        if isinstance(self.stop, str):
+            raise ValueError(
+                f"SamplingParams.stop: expected a sequence of strings, got the single string {self.stop!r} "
+                f"(write stop=({self.stop!r},))"
+            )
+        try:
+            stop = tuple(self.stop)
+        except TypeError:
+            raise ValueError(f"SamplingParams.stop: expected a sequence of strings, got {self.stop!r}") from None
+        for i, s in enumerate(stop):
+            if not isinstance(s, str) or not s:
+                raise ValueError(f"SamplingParams.stop[{i}]: expected a non-empty string, got {s!r}")
+        object.__setattr__(self, "stop", stop)
+        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
+            raise ValueError(f"SamplingParams.seed: expected None or an int >= 0, got {self.seed!r}")
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_p", float(self.top_p))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One sampled completion of one prompt."""
+
+    prompt_ids: list[int]
+    """Token ids of the prompt as the engine tokenised it (no padding)."""
+    completion_ids: list[int]
+    """Generated token ids, EOS included when generated; never padding."""
+    logprobs: list[float]
+    """logprobs[t] = log pi_theta(completion_ids[t] | prompt, completion_ids[:t]) at temperature 1 (raw logits)."""
+    finish_reason: FinishReason
+    """"eos" (EOS generated), "length" (max_new_tokens reached) or "stop" (a stop string was generated)."""
+    text: str
+    """The completion decoded without special tokens, ending right after the stop string when finish_reason is
+    "stop"."""
+    metadata: dict = field(default_factory=dict, compare=False)
+    """Free-form extras a caller may attach (e.g. the planner's round number); engines leave it empty."""
+
+    def __post_init__(self) -> None:
+        if len(self.logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"Rollout.logprobs: expected one log-prob per completion token ({len(self.completion_ids)}), "
+                f"got {len(self.logprobs)}"
+            )
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"Rollout.finish_reason: expected one of {FINISH_REASONS}, got {self.finish_reason!r}")
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.completion_ids)
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """What the planner and the trainer call. See the module docstring for the conventions."""
+
+    def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
+        """Sample `counts[i]` completions of `prompts[i]` for every i; returns one list per prompt, in order."""
+        ...
+
+    def sync_weights(self, model) -> None:
+        """Make the engine sample from `model`'s current weights (call after every optimiser step)."""
+        ...
+
+
+def validate_generate_args(prompts, counts, params) -> tuple[list[str], list[int]]:
+    """Check `generate`'s arguments; returns them as plain lists. Raises ValueError naming the bad argument."""
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence):
+        raise ValueError(f"prompts: expected a list of strings, got {type(prompts).__name__}")
+    if isinstance(counts, str) or not isinstance(counts, Sequence):
+        raise ValueError(f"counts: expected a list of ints, got {type(counts).__name__}")
+    prompts, counts = list(prompts), list(counts)
+    if len(prompts) != len(counts):
+        raise ValueError(f"counts: expected one count per prompt ({len(prompts)}), got {len(counts)}")
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str):
+            raise ValueError(f"prompts[{i}]: expected a rendered prompt string, got {type(p).__name__}")
+    for i, c in enumerate(counts):
+        if not _is_int(c) or c < 0:
+            raise ValueError(f"counts[{i}]: expected an int >= 0, got {c!r}")
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"params: expected xrpo.rollout.engine.SamplingParams, got {type(params).__name__}")
+    return prompts, [int(c) for c in counts]
+
+
+def find_stop(text: str, stop: Sequence[str]) -> int | None:
+    """End offset (exclusive) of the earliest-ending occurrence of any stop string in `text`, or None."""
+    ends = [i + len(s) for s in stop if (i := text.find(s)) >= 0]
+    return min(ends) if ends else None
+
+
+def cut_at_stop(token_ids: Sequence[int], stop: Sequence[str], decode: Callable[[Sequence[int]], str]):
+    """Cut a completion at its first stop string.
+
+    Args:
+        token_ids: the completion's token ids.
+        stop: stop strings.
+        decode: ids -> text (without special tokens), e.g. `lambda ids: tok.decode(ids, skip_special_tokens=True)`.
+
+    Returns:
+        None when no stop string occurs; else `(k, text)`: keep the first `k` tokens (the `k`-th is the one that
+        completes the stop string) and `text`, their decoding cut right after the stop string.
+    """
+    if not stop or not token_ids:
+        return None
+    if find_stop(decode(token_ids), stop) is None:
+        return None
+    # The shortest prefix whose decoding contains a stop string: "contains a stop string" only turns on as the prefix
+    # grows (the decoding of a prefix is a prefix of the decoding), so binary search.
+    lo, hi = 1, len(token_ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if find_stop(decode(token_ids[:mid]), stop) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    text = decode(token_ids[:lo])
+    end = find_stop(text, stop)
+    if end is None:  # decoding was not prefix-monotone (cannot happen for byte-level BPE); keep everything
+        return len(token_ids), decode(token_ids)[: find_stop(decode(token_ids), stop)]
+    return lo, text[:end]

@@ -1,0 +1,264 @@
+"""Rollouts with transformers `generate`: the CPU backend (tests, the offline default run) and a simple GPU one.
+
+Batching: the rollouts of all prompts are laid out as rows (prompt i repeated counts[i] times), sorted by prompt
+length so that a chunk pads little, and generated in chunks of `max_batch_size` rows. Prompts are left-padded by hand
+with an attention mask; transformers (checked on 5.23) derives position ids from that mask
+(`attention_mask.cumsum(-1) - 1`) in `_prepare_position_ids_for_generation` and extends them by one per step, so a
+padded row sees exactly the positions it would see alone. `tests/rollout/test_hf_engine.py` proves it: log-probs of a
+left-padded batch equal an unpadded forward pass, and batched greedy equals unbatched greedy.
+
+Log-probs: `generate(..., output_logits=True)` returns the model's raw next-token logits (before temperature, top-p or
+any other processor), and `Rollout.logprobs[t] = log_softmax(raw_logits_t)[y_t]`, the temperature-1 log-prob the
+engine contract asks for. Memory: transformers keeps those logits for the whole generation, rows x steps x vocab
+float32 per chunk; for long completions with a large vocabulary lower `max_batch_size` (or use `VLLMEngine`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+from xrpo.rollout.engine import Rollout, SamplingParams, cut_at_stop, find_stop, validate_generate_args
+
+__all__ = ["HFEngine"]
+
+
+class _StopStringCriteria(StoppingCriteria):
+    """Stops a row once the text it generated contains a stop string; remembers at which step each row stopped.
+
+    Only the last few tokens of each row are decoded per step: a stop string of L bytes spans at most L tokens (every
+    non-special token decodes to at least one byte), so a window of L + 1 tokens holds any occurrence that the newest
+    token completes, with one token to spare before it.
+    """
+
+    def __init__(self, tokenizer, stop: Sequence[str], prompt_len: int, batch_size: int):
+        self.tokenizer = tokenizer
+        self.stop = tuple(stop)
+        self.prompt_len = prompt_len
+        self.window = max(len(s.encode("utf-8")) for s in self.stop) + 1
+        self.stopped_at = [None] * batch_size  # number of generated tokens when the row's stop string appeared
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        num_generated = input_ids.shape[1] - self.prompt_len
+        start = input_ids.shape[1] - min(num_generated, self.window)
+        tails = self.tokenizer.batch_decode(input_ids[:, start:].tolist(), skip_special_tokens=True)
+        hits = []
+        for b, tail in enumerate(tails):
+            hit = find_stop(tail, self.stop) is not None
+            if hit and self.stopped_at[b] is None:
+                self.stopped_at[b] = num_generated
+            hits.append(hit)
+        return torch.tensor(hits, dtype=torch.bool, device=input_ids.device)
+
+
+class HFEngine:
+    """A `RolloutEngine` over a transformers causal LM, sampling with `model.generate`.
+
+    The engine holds a reference to `model`, normally the training model itself: generation sees the weights as they
+    are at call time, so `sync_weights(model)` with that same object does nothing. The model is put in eval mode for
+    generation (no dropout) and restored to its previous mode afterwards; no gradients are recorded.
+
+    Args:
+        model: a transformers causal LM (`PreTrainedModel` with `generate`).
+        tokenizer: its tokenizer; prompts are tokenised with `add_special_tokens` (default False, as a rendered chat
+            template already carries whatever BOS the model needs).
+        max_batch_size: most rows (rollouts) per `generate` call.
+        device: where generation runs; the model is moved there if it is elsewhere. None: the model's device.
+        eos_token_ids: token ids that end a completion. None: the tokenizer's EOS plus the model's
+            `generation_config.eos_token_id` (chat models often have several, e.g. `<|im_end|>` and `<|endoftext|>`).
+        add_special_tokens: passed to the tokenizer when encoding prompts.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        max_batch_size: int = 64,
+        device: str | torch.device | None = None,
+        eos_token_ids: Sequence[int] | None = None,
+        add_special_tokens: bool = False,
+    ):
+        if not hasattr(model, "generate"):
+            raise ValueError(f"model: expected a transformers model with .generate, got {type(model).__name__}")
+        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ValueError(f"max_batch_size: expected an int >= 1, got {max_batch_size!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.add_special_tokens = bool(add_special_tokens)
+
+        model_device = next(model.parameters()).device
+        self.device = torch.device(device) if device is not None else model_device
+        if self.device != model_device:
+            model.to(self.device)
+
+        if eos_token_ids is None:
+            ids: list[int] = []
+            for source in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
+                for i in source if isinstance(source, (list, tuple)) else [source]:
+                    if i is not None and int(i) not in ids:
+                        ids.append(int(i))
+            eos_token_ids = ids
+        eos_token_ids = [int(i) for i in eos_token_ids]
+        if not eos_token_ids:
+            raise ValueError("eos_token_ids: the tokenizer and the model define no EOS token; pass eos_token_ids")
+        self.eos_token_ids = eos_token_ids
+        pad = getattr(tokenizer, "pad_token_id", None)
+        # Without a pad token, padding with EOS is safe: padded positions are masked out, and a row is cut at its first
+        # *generated* EOS, never at padding (padding sits left of the prompt).
+        self.pad_token_id = int(pad) if pad is not None else eos_token_ids[0]
+
+    # ------------------------------------------------------------------------------------------------------------
+    def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
+        """Sample `counts[i]` completions of `prompts[i]`; see `xrpo.rollout.engine` for the conventions."""
+        prompts, counts = validate_generate_args(prompts, counts, params)
+        results: list[list[Rollout]] = [[] for _ in prompts]
+        needed = [i for i, c in enumerate(counts) if c > 0]
+        if not needed:
+            return results
+
+        encoded = self.tokenizer([prompts[i] for i in needed], add_special_tokens=self.add_special_tokens)["input_ids"]
+        prompt_ids: dict[int, list[int]] = {}
+        max_positions = getattr(self.model.config, "max_position_embeddings", None)
+        for i, ids in zip(needed, encoded):
+            if len(ids) == 0:
+                raise ValueError(f"prompts[{i}]: encodes to no tokens; expected a non-empty prompt")
+            if max_positions is not None and len(ids) + params.max_new_tokens > max_positions:
+                raise ValueError(
+                    f"prompts[{i}]: {len(ids)} prompt tokens + max_new_tokens={params.max_new_tokens} exceed the "
+                    f"model's context of {max_positions} positions"
+                )
+            prompt_ids[i] = list(ids)
+
+        rows = [i for i in needed for _ in range(counts[i])]
+        order = sorted(range(len(rows)), key=lambda r: len(prompt_ids[rows[r]]))
+        row_rollouts: list[Rollout | None] = [None] * len(rows)
+        with self._seeded(params.seed), self._eval_mode(), torch.no_grad():
+            for start in range(0, len(order), self.max_batch_size):
+                chunk = order[start : start + self.max_batch_size]
+                for r, rollout in zip(chunk, self._generate_chunk([prompt_ids[rows[r]] for r in chunk], params)):
+                    row_rollouts[r] = rollout
+        for r, i in enumerate(rows):
+            results[i].append(row_rollouts[r])
+        return results
+
+    def sync_weights(self, model) -> None:
+        """No-op when `model` is the engine's own model (the usual case: the HF engine shares the training model).
+
+        Another model of the same architecture (e.g. a separate inference copy) has its weights copied in.
+        """
+        if model is self.model:
+            return
+        try:
+            self.model.load_state_dict(model.state_dict())
+        except (RuntimeError, AttributeError) as e:
+            raise ValueError(f"model: cannot copy its weights into the engine's model: {e}") from e
+
+    # ------------------------------------------------------------------------------------------------------------
+    def _generate_chunk(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Rollout]:
+        batch, width = len(prompt_ids), max(len(p) for p in prompt_ids)
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch, width), dtype=torch.long)
+        for b, ids in enumerate(prompt_ids):
+            input_ids[b, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[b, width - len(ids) :] = 1
+
+        gen_kwargs = dict(
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+            bos_token_id=None,
+            num_beams=1,
+            use_cache=True,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        if params.greedy:
+            gen_kwargs["do_sample"] = False
+        else:
+            # top_k=0 disables the top-k=50 filter transformers would otherwise apply by default.
+            gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        stop_criteria = (
+            _StopStringCriteria(self.tokenizer, params.stop, width, batch) if params.stop else None
+        )
+        # generate() fills every field we leave unset from model.generation_config (a checkpoint's may carry top_k,
+        # repetition_penalty, min_p, suppress_tokens...), which would change the sampling distribution: swap in a bare
+        # config for the call so that only SamplingParams decide.
+        saved_config = self.model.generation_config
+        self.model.generation_config = GenerationConfig()
+        try:
+            out = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                generation_config=GenerationConfig(**gen_kwargs),
+                stopping_criteria=StoppingCriteriaList([stop_criteria]) if stop_criteria is not None else None,
+            )
+        finally:
+            self.model.generation_config = saved_config
+
+        generated = out.sequences[:, width:]
+        steps = generated.shape[1]
+        logprobs = torch.empty((batch, steps), dtype=torch.float32)
+        for t, step_logits in enumerate(out.logits):
+            step_lp = torch.log_softmax(step_logits.float(), dim=-1)
+            logprobs[:, t] = step_lp.gather(1, generated[:, t : t + 1]).squeeze(1).cpu()
+        generated_rows = generated.cpu().tolist()
+        logprob_rows = logprobs.tolist()
+
+        eos = set(self.eos_token_ids)
+        rollouts = []
+        for b in range(batch):
+            n = steps
+            if stop_criteria is not None and stop_criteria.stopped_at[b] is not None:
+                n = min(n, stop_criteria.stopped_at[b])  # later positions hold padding, not generated tokens
+            ids, lps = generated_rows[b][:n], logprob_rows[b][:n]
+            reason = "length"
+            eos_at = next((k for k, tok in enumerate(ids) if tok in eos), None)
+            if eos_at is not None:
+                ids, lps, reason = ids[: eos_at + 1], lps[: eos_at + 1], "eos"
+            text = None
+            cut = cut_at_stop(ids, params.stop, self._decode) if params.stop else None
+            if cut is not None:
+                k, text = cut
+                ids, lps, reason = ids[:k], lps[:k], "stop"
+            elif reason == "length" and len(ids) < params.max_new_tokens:
+                reason = "stop"  # stopped by the criteria although the full decoding hides the stop string
+            if text is None:
+                text = self._decode(ids)
+            rollouts.append(
+                Rollout(
+                    prompt_ids=list(prompt_ids[b]),
+                    completion_ids=ids,
+                    logprobs=lps,
+                    finish_reason=reason,
+                    text=text,
+                )
+            )
+        return rollouts
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int | None) -> Iterator[None]:
+        """Seed the sampler for one call without disturbing the caller's global RNG state."""
+        if seed is None:
+            yield
+            return
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type if devices else "cuda"):
+            torch.manual_seed(seed)
+            yield
+
+    @contextlib.contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            yield
+        finally:
+            self.model.train(was_training)
