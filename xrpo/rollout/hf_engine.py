@@ -98,7 +98,8 @@ class HFEngine:
 
         if eos_token_ids is None:
             ids: list[int] = []
-            for source in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
+            sources = (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None))
+            for source in sources:
                 for i in source if isinstance(source, (list, tuple)) else [source]:
                     if i is not None and int(i) not in ids:
                         ids.append(int(i))

@@ -183,7 +183,9 @@ class VLLMEngine:
             for completion in sorted(out.outputs, key=lambda c: c.index):
                 results[i].append(self._to_rollout(list(ids), completion, params))
             if len(results[i]) != counts[i]:
-                raise RuntimeError(f"vLLM returned {len(results[i])} completions for prompts[{i}], expected {counts[i]}")
+                raise RuntimeError(
+                    f"vLLM returned {len(results[i])} completions for prompts[{i}], expected {counts[i]}"
+                )
         return results
 
     def sync_weights(self, model) -> None:
