@@ -1,10 +1,10 @@
 """Rollouts with vLLM's offline API (`vllm.LLM`): the GPU backend, same contract as `HFEngine`.
 
-Targeted vLLM versions: 0.10 and later (the V1 engine). Written against vLLM's documented offline API as of its main
-branch (checked November 2026, PyPI 0.33): `LLM(model, tokenizer, dtype, seed, gpu_memory_utilization, **engine_args)`,
-`LLM.generate(prompts, sampling_params, use_tqdm=False)` with `TokensPrompt` inputs and one `SamplingParams` per prompt,
-`LLM.apply_model(fn)` and `LLM.reset_prefix_cache()`. Not yet run here: the project's machines have no GPU;
-`tests/rollout/test_vllm_engine_gpu.py` checks it wherever CUDA and vLLM are present.
+Targeted vLLM versions: 0.10 and later (the V1 engine). Written against vLLM's documented offline API, checked against
+its main-branch source (latest PyPI release at the time: 0.33.0): `LLM(model, tokenizer, dtype, seed,
+gpu_memory_utilization, **engine_args)`, `LLM.generate(prompts, sampling_params, use_tqdm=False)` with token-id prompts
+and one `SamplingParams` per prompt, `LLM.apply_model(fn)` and `LLM.reset_prefix_cache()`. Not yet run: no GPU was
+available when it was written; `tests/rollout/test_vllm_engine_gpu.py` checks it wherever CUDA and vLLM are present.
 
 How the contract maps onto vLLM:
 - Log-probs: `SamplingParams(logprobs=0)` returns, for every generated token, the log-prob of the sampled token alone;
@@ -119,9 +119,6 @@ class VLLMEngine:
             **llm_kwargs,
         )
         self._SamplingParams = vllm.SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        self._TokensPrompt = TokensPrompt
 
         eos: list[int] = []
         sources = [getattr(tokenizer, "eos_token_id", None)]
@@ -161,7 +158,8 @@ class VLLMEngine:
                     f"prompts[{i}]: {len(ids)} prompt tokens + max_new_tokens={params.max_new_tokens} exceed vLLM's "
                     f"max_model_len of {self.max_model_len}"
                 )
-            requests.append(self._TokensPrompt(prompt_token_ids=list(ids)))
+            # a TokensPrompt is a TypedDict; a plain dict avoids its import path, which moved between versions
+            requests.append({"prompt_token_ids": list(ids)})
             sampling.append(
                 self._SamplingParams(
                     n=counts[i],
