@@ -107,11 +107,17 @@ def test_batch_equals_single_calls(math_verifier):
     completions, references = _completions()
     completions += ["no answer here", r"\boxed{1} \boxed{2", "#### 12", r"\boxed{" + "1" * 20_000 + "}"]
     references += ["1", "2", "12", "3"]
+    # repeated pairs (graded once per batch) and the same answer against different references
+    completions += completions[:3] + [r"\boxed{0.5}"] * 3
+    references += references[:3] + ["1/2", "0.5", "2"]
     batch = math_verifier.verify_batch(completions, references)
     single = [math_verifier(c, r) for c, r in zip(completions, references)]
     assert batch == single
-    assert [r.reason for r in batch[-4:]] == ["no_answer", "no_answer", None, "answer_too_long"]
-    assert [r.score for r in batch[: len(SUBSET)]] == [float(ok) for *_, ok in SUBSET]
+    n = len(SUBSET)
+    assert [r.score for r in batch[:n]] == [float(ok) for *_, ok in SUBSET]
+    assert [r.reason for r in batch[n : n + 4]] == ["no_answer", "no_answer", None, "answer_too_long"]
+    assert batch[n + 4 : n + 7] == batch[:3]
+    assert [r.score for r in batch[-3:]] == [1.0, 1.0, 0.0]
 
 
 def test_in_process_mode_agrees_with_the_pool(math_verifier):
@@ -231,6 +237,9 @@ def test_adversarial_completions_come_back(math_verifier):
     out = v.verify_batch([c for c, _, _ in cases], [r for _, r, _ in cases])
     assert time.monotonic() - start < 30  # hang guard only; the bound is ~ 1.5 s * ceil(8 / 2)
     assert [(r.score, r.reason) for r in out] == [(0.0 if why else 1.0, why) for _, _, why in cases]
+    # identical overrunning answers are graded once: one kill, the same verdict for all
+    out = v.verify_batch([r"\boxed{9^{9^{9^9}}}"] * 4, ["5"] * 4)
+    assert [r.reason for r in out] == ["timeout"] * 4
     # the killed workers were replaced: the pool grades normally right after
     assert [r.score for r in v.verify_batch([r"\boxed{\frac{6}{4}}"] * 3, ["1.5"] * 3)] == [1.0] * 3
 

@@ -115,7 +115,9 @@ def _line_answer(rest: str) -> str:
     math_part = _leading_math(rest)
     if math_part is not None:
         return math_part
-    return rest.split("\n", 1)[0]
+    # markdown bold around the answer ("**Answer: 5**") is not part of it
+    line = _strip_trailing_period(rest.split("\n", 1)[0].strip().strip("*"))
+    return line.strip("*").strip()
 
 
 def strip_math_delimiters(s: str) -> str:

@@ -16,8 +16,8 @@ Time limit: step 3 runs in a shared pool of worker processes (`xrpo.rewards._poo
 limit of `timeout` seconds; a worker that overruns is killed and replaced and the item gets score 0, reason "timeout"
 (reason "error", with `metadata["error"]`, if the worker raised or died). math-verify's own limits use SIGALRM, which
 only works in the main thread and cannot interrupt C code, so they are turned off and the process limit is the only
-one. `verify_batch` spreads the batch over all workers, so a batch takes at most about `timeout * ceil(n / workers)`
-seconds; a single call goes through the same pool. With `in_process=True` everything runs in the caller's thread with
+one. `verify_batch` grades each distinct (answer, reference) pair once and spreads those over all workers, so a batch
+takes at most about `timeout * ceil(n / workers)` seconds; a single call goes through the same pool. With `in_process=True` everything runs in the caller's thread with
 NO time limit (for callers that cannot have subprocesses; a pathological answer can then hang the caller).
 
 `VerifyResult.answer` is the normalised extracted answer (`normalize_answer`): equal strings for the same answer
@@ -71,8 +71,9 @@ def _parse(answer: str) -> list:
     return parse("\\boxed{" + answer + "}", extraction_config=_extraction_config(), parsing_timeout=None)
 
 
-# A batch repeats each reference G times; parse it once per worker.
-_parse_reference = lru_cache(maxsize=4096)(_parse)
+# LaTeX parsing dominates the cost (tens of ms for a set or an interval) and the same strings recur: each reference
+# G times per step, common answers ("1/2", "0") across prompts. Parsed sympy values are immutable, so cache them.
+_parse_cached = lru_cache(maxsize=8192)(_parse)
 
 
 def _canonical(parsed: list) -> str | None:
@@ -111,8 +112,8 @@ def grade_answer(answer: str, reference: str, want_canonical: bool = True) -> tu
     from math_verify import verify
 
     _quiet_math_verify()
-    gold = _parse_reference(reference)
-    pred = _parse(answer)
+    gold = _parse_cached(reference)
+    pred = _parse_cached(answer)
     ok = bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None)
     return ok, (_canonical(pred) if want_canonical else None)
 
@@ -204,8 +205,11 @@ class MathVerifier(Verifier):
                     continue
             jobs.append((i, ex.answer, gold, answer, meta))
         if jobs:
-            outcomes = self._grade([(raw, gold) for _, raw, gold, _, _ in jobs])
-            for (i, _, _, answer, meta), (status, value) in zip(jobs, outcomes):
+            # A group of rollouts often repeats an answer: grade each distinct (answer, reference) pair once.
+            distinct = list(dict.fromkeys((raw, gold) for _, raw, gold, _, _ in jobs))
+            graded = dict(zip(distinct, self._grade(distinct)))
+            for i, raw, gold, answer, meta in jobs:
+                status, value = graded[(raw, gold)]
                 settled = results[i]  # the exact-match verdict stands; math-verify only adds the canonical form
                 if status == "ok":
                     ok, canonical = value
