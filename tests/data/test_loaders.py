@@ -226,7 +226,8 @@ GOOD = {"question": "q", "answer": "1"}
         ({"question": None, "answer": "1"}, r"field 'question' \(the prompt\) is null"),
         ({"question": 5, "answer": "1"}, r"field 'question' \(the prompt\) must be text or a list of chat messages"),
         ({"question": "  ", "answer": "1"}, "field 'question': prompt of problem 'bad-1': expected non-empty text"),
-        ({"question": [{"role": "user"}], "answer": "1"}, r"field 'question'.*prompt\[0\]: chat message has no 'content'"),
+        ({"question": [{"role": "user"}], "answer": "1"},
+         r"field 'question'.*prompt\[0\]: chat message has no 'content'"),
         ({"question": "q", "answer": None}, "field 'answer' is null"),
         ({"question": "q", "answer": ""}, "field 'answer' is an empty string"),
         ({"question": "q", "answer": True}, "field 'answer' must be a string or a number, got a boolean"),
@@ -246,8 +247,8 @@ def test_malformed_row_jsonl(tmp_path, bad, field_msg):
 
 def test_malformed_row_parquet_names_row(tmp_path):
     path = write_parquet(tmp_path / "bad.parquet", [
-        {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": "1"}, "extra_info": {"index": 0}},
-        {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": None}, "extra_info": {"index": 1}},
+        {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": gt}, "extra_info": {"index": i}}
+        for i, gt in enumerate(["1", None])
     ])
     with pytest.raises(DataError, match=r"bad\.parquet row 1 \(0-based\): field 'reward_model\.ground_truth' is null"):
         load_problems(path)
@@ -258,7 +259,8 @@ def test_missing_nested_field_parquet(tmp_path):
         {"prompt": "q0", "reward_model": {"ground_truth": "1"}, "extra_info": {"index": 0}},
         {"prompt": "q1", "reward_model": {"ground_truth": "1"}, "extra_info": None},
     ])
-    with pytest.raises(DataError, match=r"nest\.parquet row 1 \(0-based\): missing field 'extra_info\.index' \(the id\)"):
+    msg = r"nest\.parquet row 1 \(0-based\): missing field 'extra_info\.index' \(the id\)"
+    with pytest.raises(DataError, match=msg):
         load_problems(path)
 
 
@@ -280,7 +282,8 @@ def test_missing_explicit_id_key(tmp_path):
 
 def test_no_prompt_or_answer_field_in_first_record(tmp_path):
     path = write_jsonl(tmp_path / "np.jsonl", [{"text": "q", "answer": "1"}])
-    with pytest.raises(DataError, match=r"np\.jsonl line 1: no prompt field: expected one of .*fields present: \['answer', 'text'\]"):
+    msg = r"np\.jsonl line 1: no prompt field: expected one of .*fields present: \['answer', 'text'\]"
+    with pytest.raises(DataError, match=msg):
         load_problems(path)
     path = write_jsonl(tmp_path / "na.jsonl", [{"question": "q", "label": "1"}])
     with pytest.raises(DataError, match=r"na\.jsonl line 1: no answer field"):
@@ -353,7 +356,8 @@ def test_argument_errors(tmp_path):
     path = write_jsonl(tmp_path / "ok.csv", [GOOD])
     with pytest.raises(ValueError, match=r"cannot tell the format from the extension '\.csv'"):
         load_problems(path)
-    with pytest.raises(ValueError, match=r"fmt: unknown format 'csv'; valid formats: \['jsonl', 'json', 'parquet', 'datasets'\]"):
+    msg = r"fmt: unknown format 'csv'; valid formats: \['jsonl', 'json', 'parquet', 'datasets'\]"
+    with pytest.raises(ValueError, match=msg):
         load_problems(path, fmt="csv")
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="limit: expected a positive integer"):
@@ -375,3 +379,12 @@ def test_save_errors(tmp_path):
     odd = Problem(id="odd", prompt="q", answer="1", metadata={"s": {1, 2}})
     with pytest.raises(ValueError, match="metadata of problem 'odd' is not JSON-serialisable"):
         save_problems_jsonl([odd], tmp_path / "x.jsonl")
+
+
+def test_pandas_index_column_is_not_metadata(tmp_path):
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"question": ["q0", "q1"], "answer": [1, 2]}, index=[5, 7])
+    df.to_parquet(tmp_path / "pd.parquet")
+    assert "__index_level_0__" in pq.read_table(tmp_path / "pd.parquet").column_names
+    got = load_problems(tmp_path / "pd.parquet")
+    assert [(p.prompt, p.answer, p.metadata) for p in got] == [("q0", "1", {}), ("q1", "2", {})]

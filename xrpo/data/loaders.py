@@ -143,7 +143,7 @@ _READERS = {"jsonl": _iter_jsonl, "json": _iter_json, "parquet": _iter_parquet, 
 
 
 def _lookup(record: dict, key: str) -> Any:
-    """Value at `key` in `record`, walking dotted parts into dicts (and integer parts into lists); _MISSING if absent."""
+    """Value at `key` in `record`, walking dotted parts into dicts and integer parts into lists; else _MISSING."""
     if key in record:
         return record[key]
     cur: Any = record
@@ -281,7 +281,8 @@ def _make_problem(record: Any, where: str, index: int, layout: _Layout, stem: st
         used.add(_root(layout.id_key, record))
     meta: dict = {}
     for key, value in record.items():
-        if key in used or (key == "metadata" and _merge_metadata(meta, value)):
+        # __index_level_0__: the index column pandas' to_parquet adds; not data
+        if key in used or key.startswith("__index_level_") or (key == "metadata" and _merge_metadata(meta, value)):
             continue
         meta[key] = value
     if layout.name == "verl" and isinstance(record.get("extra_info"), dict):
