@@ -1,0 +1,260 @@
+"""The planner (Algorithm 1) on a scripted policy with known success probabilities, and on a tiny random model.
+
+The scripted policy is a real `RolloutEngine` whose answer is right with a fixed probability per problem (higher from
+an ICL prompt); that makes the allocation checkable against the known rates.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xrpo.algo.advantages import group_advantages
+from xrpo.data import Problem
+from xrpo.icl import ICLCorpus, get_embedder
+from xrpo.rewards import get_verifier
+from xrpo.rollout.engine import Rollout, SamplingParams
+from xrpo.rollout.planner import PlanConfig, compute_advantages, generate_rollouts, plan_rollouts
+from xrpo.rollout.prompts import PromptRenderer
+
+
+class CharTokenizer:
+    """Enough of a tokenizer for the renderer: one id per character."""
+
+    chat_template = None
+    pad_token_id = 0
+    eos_token_id = 1
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+class ScriptedPolicy:
+    """Answers problem q correctly with probability p_plain[q] (p_icl[q] from an ICL prompt)."""
+
+    def __init__(self, problems, p_plain, p_icl, seed=0):
+        self.by_prompt = {f"Q: {p.prompt}\nA:": i for i, p in enumerate(problems)}
+        self.problems, self.p_plain, self.p_icl = problems, p_plain, p_icl
+        self.rng = np.random.default_rng(seed)
+        self.calls: list[tuple[list[str], list[int]]] = []
+
+    def _problem(self, prompt: str) -> tuple[int, bool]:
+        if prompt in self.by_prompt:
+            return self.by_prompt[prompt], False
+        # an ICL (fewshot) prompt ends with the plain prompt
+        for text, i in self.by_prompt.items():
+            if prompt.endswith(text):
+                return i, True
+        raise AssertionError(f"unknown prompt {prompt!r}")
+
+    def generate(self, prompts, counts, params):
+        self.calls.append((list(prompts), list(counts)))
+        out = []
+        for prompt, n in zip(prompts, counts):
+            q, icl = self._problem(prompt)
+            p = (self.p_icl if icl else self.p_plain)[q]
+            rs = []
+            for _ in range(n):
+                ok = self.rng.random() < p
+                ans = self.problems[q].answer if ok else "-1"
+                text = f" \\boxed{{{ans}}}"
+                ids = [ord(c) for c in text]
+                rs.append(Rollout(prompt_ids=[ord(c) for c in prompt], completion_ids=ids,
+                                  logprobs=list(-0.1 - self.rng.random(len(ids))), finish_reason="eos", text=text))
+            out.append(rs)
+        return out
+
+    def sync_weights(self, model):
+        pass
+
+
+def problems_and_rates():
+    probs = [Problem(id=f"p{i}", prompt=f"{i} + {i} = ?", answer=str(2 * i)) for i in range(16)]
+    # 4 always solved, 4 never solved (but solvable from an ICL prompt), 8 in between
+    p_plain = [1.0] * 4 + [0.0] * 4 + [0.5] * 8
+    p_icl = [1.0] * 4 + [0.6] * 4 + [0.5] * 8
+    return probs, p_plain, p_icl
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return get_verifier("math")
+
+
+def renderer():
+    return PromptRenderer(CharTokenizer(), use_chat_template=False, icl_style="fewshot",
+                          prompt_template="Q: {prompt}\nA:", fewshot_example="Q: {problem}\nA:{solution}")
+
+
+SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=8)
+
+
+def test_budget_spent_exactly_and_groups_keep_their_prompt(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=False, sharpen=False)
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
+    assert len(res.records) == 128
+    # base round 4 x 16 = 64, then 32 + 32
+    assert [sum(r["alloc"]) for r in res.rounds] == [64, 32, 32]
+    for x in res.records:
+        assert x.group_id == x.problem_index
+        assert x.reward == (1.0 if x.text == f" \\boxed{{{probs[x.problem_index].answer}}}" else 0.0)
+    sizes = np.bincount(res.group_ids, minlength=16)
+    assert sizes.sum() == 128 and sizes.min() >= 4
+
+
+def test_mid_success_prompts_get_more_extra_rollouts_than_solved_ones(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=False, sharpen=False)
+    extra = np.zeros(16)
+    for seed in range(20):
+        res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg,
+                                SAMPLING)
+        extra += np.bincount(res.group_ids, minlength=16) - 4
+    solved, never, mid = extra[:4].mean(), extra[4:8].mean(), extra[8:].mean()
+    # all-solved and never-solved prompts have s_q = 0: only the exploration bonus phi_q reaches them. In round 1 a
+    # 2-of-4 prompt has Pi = 0.577 * (3.182/2 - 2.776/sqrt(5)) + 0.1 * sqrt(log(33)/4) = 0.202 + 0.094 = 0.296
+    # against 0.094: about 3x the rollouts; in round 2 its n_q has grown, and 12.5% of mid prompts look all-equal
+    # after 4 base rollouts, so over the step the measured ratio is about 1.7
+    assert mid > 1.3 * solved
+    assert mid > 1.3 * never
+    # same n_q and zero variance -> same priority; only largest-remainder ties (broken by prompt order, and the solved
+    # prompts come first) separate them: less than half a rollout per prompt per step
+    assert abs(solved - never) / 20 < 0.5
+
+
+def test_uniform_ablation_splits_evenly(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation="uniform", icl=True, sharpen=False)
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
+    assert [r["alloc"] for r in res.rounds[1:]] == [[2] * 16, [2] * 16]
+    assert not any(r["nonuniform"] for r in res.rounds[1:])
+
+
+def test_grpo_path_is_one_engine_call(verifier):
+    probs, pp, pi = problems_and_rates()
+    engine = ScriptedPolicy(probs, pp, pi)
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation="uniform", icl=False, sharpen=False)
+    res = generate_rollouts(probs, engine, verifier, renderer(), cfg, SAMPLING)
+    assert len(engine.calls) == 1 and engine.calls[0][1] == [8] * 16
+    assert len(res.records) == 128
+
+
+def seeded_corpus(probs):
+    corpus = ICLCorpus(get_embedder("hash"))
+    # solutions of the always-solved problems are in the corpus (as after a first step)
+    for p in probs[:4]:
+        corpus.add(p.id, p.text, f" \\boxed{{{p.answer}}}", 0)
+    return corpus
+
+
+def test_zero_success_prompts_are_icl_seeded_and_flip(verifier):
+    probs, pp, pi = problems_and_rates()
+    corpus = seeded_corpus(probs)
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=True, sharpen=False)
+    engine = ScriptedPolicy(probs, pp, pi)
+    res = generate_rollouts(probs, engine, verifier, renderer(), cfg, SAMPLING, corpus=corpus)
+    seeded = set(res.rounds[1]["seeded"])
+    # exactly the never-solved prompts that were allocated rollouts; mid prompts solved in base rounds are not
+    unsolved_after_base = {q for q in range(16) if all(
+        x.reward == 0 for x in res.records if x.problem_index == q and x.round == 0)}
+    assert seeded == {q for q in unsolved_after_base if res.rounds[1]["alloc"][q] > 0}
+    assert set(range(4, 8)) & seeded
+    # the ICL prompt holds examples from the corpus and ends with the plain prompt
+    icl_prompts = [p for p in engine.calls[1][0] if p.count("Q: ") > 1]
+    assert len(icl_prompts) == len(seeded)
+    assert all(p.endswith("\nA:") for p in icl_prompts)
+    # seeded rollouts are trained under the ORIGINAL prompt by default
+    plain_ids = {x.problem_index: x.gen_prompt_ids for x in res.records if x.round == 0}
+    for x in res.records:
+        assert x.train_prompt_ids == plain_ids[x.problem_index]
+        if x.seeded:
+            assert x.gen_prompt_ids != x.train_prompt_ids
+    flips = sum(r["flips"] for r in res.rounds[1:])
+    assert flips == res.metrics["icl/flips"] and res.metrics["icl/seeded_prompts"] >= len(seeded)
+
+
+def test_flips_over_seeds(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=True, sharpen=False)
+    flips = seeded = 0
+    for seed in range(10):
+        res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg,
+                                SAMPLING, corpus=seeded_corpus(probs))
+        flips += res.metrics["icl/flips"]
+        seeded += res.metrics["icl/seeded_prompts"]
+    # a never-solved prompt (p_plain = 0) can only be solved from its ICL prompt (p_icl = 0.6)
+    assert seeded > 0 and flips > 0
+
+
+def test_icl_train_prompt_option(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, icl=True, sharpen=False, icl_train_prompt="icl")
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING,
+                            corpus=seeded_corpus(probs))
+    assert any(x.seeded for x in res.records)
+    for x in res.records:
+        assert x.train_prompt_ids == x.gen_prompt_ids
+
+
+def test_no_icl_without_corpus_entries(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, icl=True, sharpen=False)
+    empty = ICLCorpus(get_embedder("hash"))
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, corpus=empty)
+    assert not any(x.seeded for x in res.records)
+
+
+def test_advantages_and_corpus_update(verifier):
+    probs, pp, pi = problems_and_rates()
+    corpus = ICLCorpus(get_embedder("hash"))
+    cfg = PlanConfig(rollouts_per_step=128, icl=True, sharpen=True)
+    res = plan_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, corpus=corpus,
+                        step=3)
+    base = group_advantages(res.rewards, res.group_ids)
+    # sharpening only ever raises correct rollouts' advantages, never touches wrong ones
+    wrong = res.rewards < 1
+    np.testing.assert_array_equal(res.advantages[wrong], base[wrong])
+    assert np.all(res.advantages[~wrong] >= base[~wrong])
+    assert res.metrics["adv/sharpened_count"] > 0
+    solved = {probs[x.problem_index].id for x in res.records if x.reward == 1}
+    assert len(corpus) == len(solved)
+
+
+def test_sharpening_uses_given_logprobs(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=64, n_base=4, plan_rounds=0, icl=False, sharpen=True)
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
+    # equal log-probs everywhere -> eta = 1 for all -> no bonus
+    flat = [[-0.5] * len(x.completion_ids) for x in res.records]
+    compute_advantages(res, cfg, token_logprobs=flat)
+    np.testing.assert_allclose(res.advantages, group_advantages(res.rewards, res.group_ids))
+    with pytest.raises(ValueError, match="rows"):
+        compute_advantages(res, cfg, token_logprobs=flat[:-1])
+
+
+def test_bad_config():
+    with pytest.raises(ValueError, match="n_base"):
+        PlanConfig(n_base=1)
+    with pytest.raises(ValueError, match="allocation"):
+        PlanConfig(allocation="random")
+    with pytest.raises(ValueError, match="icl_train_prompt"):
+        PlanConfig(icl_train_prompt="both")
+
+
+def test_planner_on_tiny_random_model(tiny_model, tiny_tokenizer, verifier):
+    from xrpo.rollout.hf_engine import HFEngine
+
+    probs, _, _ = problems_and_rates()
+    engine = HFEngine(tiny_model, tiny_tokenizer)
+    rend = PromptRenderer(tiny_tokenizer, use_chat_template=False, icl_style="fewshot",
+                          prompt_template="Q: {prompt}\nA:", fewshot_example="Q: {problem}\nA:{solution}")
+    corpus = seeded_corpus(probs)
+    cfg = PlanConfig(rollouts_per_step=48, n_base=2, plan_rounds=2, icl=True, sharpen=True)
+    res = plan_rollouts(probs[:8], engine, verifier, rend, cfg, SamplingParams(max_new_tokens=6, seed=0),
+                        corpus=corpus)
+    assert len(res.records) == 48
+    assert np.all(np.isfinite(res.advantages))
+    for x in res.records:
+        assert len(x.completion_ids) == len(x.logprobs) >= 1
+    # a random model never solves these: every prompt is unsolved, so all extra rollouts come from ICL prompts
+    assert all(x.seeded for x in res.records if x.round > 0)

@@ -1,0 +1,364 @@
+"""The XRPO rollout planner: Algorithm 1 of the paper (Bamba et al., "XRPO", §3, Algorithm 1).
+
+One call plans, generates and verifies every rollout of a training step::
+
+    base rollouts         n_base rollouts for every prompt                                  (Alg. 1 lines 2-4)
+    for t in 1..N_plan:   rewards so far -> allocate_round (Pi_q = Delta_q + phi_q)         (lines 5-7)
+                          a prompt with no success so far draws its rollouts from its ICL
+                          prompt (K most similar solved problems), the others from q       (lines 8-12)
+    advantages            GRPO by group id, then novelty sharpening of correct rollouts    (line 14)
+    corpus update         every correct rollout joins the ICL corpus                        (line 15)
+
+Switches give the paper's ablations: ``allocation="uniform"`` (w/o HRP: the same budget split evenly in the same
+rounds), ``icl=False`` (w/o ICL), ``sharpen=False`` (w/o AS). With uniform allocation and no ICL there is nothing to
+plan, so all rollouts are generated in one engine call (GRPO's single batch); the rounds only exist when they can
+change what is generated.
+
+Which prompt an ICL-seeded rollout is trained under (``icl_train_prompt``):
+    ``"original"`` (default): the completion is paired with the plain prompt q. What it teaches then holds without
+    examples at test time, which is how the model is evaluated (the paper evaluates without ICL, and its train/test
+    ablation, appendix "ICL Train-Time vs. Test-Time", finds test-time ICL redundant). The sampling log-probs were
+    computed under the ICL prompt, so such rollouts are off-policy for q; the trainer recomputes the old log-probs under
+    q before the update, so the PPO ratio starts at 1 and the clip bounds the step.
+    ``"icl"``: the completion is trained under the ICL prompt it was sampled from (on-policy, but the lesson is tied to
+    the examples).
+
+Deviations from the paper, all documented here:
+    - n_q counts every rollout of the prompt so far, ICL-seeded ones included (the paper does not say otherwise).
+    - the corpus is updated once per step (Alg. 1 line 15), so a problem first solved in round 1 cannot serve as an
+      example in round 2 of the same step.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from xrpo.algo.advantages import group_advantages, length_normalized_loglik, sharpen_advantages
+from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
+from xrpo.data import Problem
+from xrpo.rollout.engine import RolloutEngine, SamplingParams
+from xrpo.rollout.prompts import PromptRenderer
+
+ALLOCATIONS = ("hrp", "uniform")
+ICL_TRAIN_PROMPTS = ("original", "icl")
+
+
+@dataclass
+class PlanConfig:
+    """What one step of rollouts looks like. Field names match the method presets (`xrpo.algo.presets`)."""
+
+    rollouts_per_step: int = 128
+    """Total rollouts of the step over all prompts, base rollouts included (paper: 128 for 16 prompts)."""
+    n_base: int = 4
+    """Rollouts every prompt gets before planning (paper §4.1: 4). At least 2: the t quantile needs n >= 2."""
+    plan_rounds: int = 2
+    """Planning rounds that split the rest of the budget (paper §4.1: 2)."""
+    allocation: str = "hrp"
+    """"hrp" (priority Pi_q = Delta_q + phi_q) or "uniform" (the w/o-HRP ablation and GRPO)."""
+    alpha: float = 0.05
+    """Significance of the Student-t confidence interval, Eq. (1)."""
+    lam: float = 0.1
+    """Exploration-bonus weight lambda in phi_q = lam * sqrt(log(1+T)/n_q)."""
+    alloc_mode: str = "proportional"
+    """"proportional" (the paper) or "greedy" (one rollout at a time to the argmax of Pi_q)."""
+    max_extra_per_prompt: int | None = None
+    """Cap on the extra rollouts one prompt may get in one round (None = no cap)."""
+    icl: bool = True
+    """ICL seeding of prompts with no success so far (paper §3.2)."""
+    icl_k: int = 2
+    """Examples per ICL prompt (paper: K = 2)."""
+    icl_min_similarity: float = 0.0
+    """Neighbours below this cosine similarity are not used; with none left the prompt stays zero-shot."""
+    icl_train_prompt: str = "original"
+    """Train ICL-seeded rollouts under the "original" prompt or the "icl" prompt (see the module docstring)."""
+    sharpen: bool = True
+    """Novelty-guided advantage sharpening, Eq. (6)."""
+    lam_nov: float = 2.5
+    """lambda_nov of Eq. (6) (paper §4.1: 2.5)."""
+    kappa_clip: float = 0.5
+    """kappa_clip of Eq. (6) (paper §4.1: 0.5)."""
+    adv_scale: str = "std"
+    """"std" (GRPO) or "none" (Dr. GRPO) group normalisation."""
+    full_reward: float = 1.0
+    """Reward at or above which a rollout counts as correct (sharpening, ICL success, corpus)."""
+
+    def __post_init__(self):
+        if self.allocation not in ALLOCATIONS:
+            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation!r}")
+        if self.icl_train_prompt not in ICL_TRAIN_PROMPTS:
+            raise ValueError(f"icl_train_prompt must be one of {ICL_TRAIN_PROMPTS}, got {self.icl_train_prompt!r}")
+        if self.n_base < 2:
+            raise ValueError(f"n_base must be >= 2 (the t quantile needs n >= 2), got {self.n_base}")
+        if self.plan_rounds < 0:
+            raise ValueError(f"plan_rounds must be >= 0, got {self.plan_rounds}")
+        if self.icl_k < 1:
+            raise ValueError(f"icl_k must be >= 1, got {self.icl_k}")
+        if self.rollouts_per_step < 1:
+            raise ValueError(f"rollouts_per_step must be >= 1, got {self.rollouts_per_step}")
+
+
+@dataclass
+class RolloutRecord:
+    """One rollout with everything the trainer and the logs need."""
+
+    problem_index: int
+    group_id: int
+    round: int
+    seeded: bool
+    gen_prompt_ids: list[int]
+    train_prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    text: str
+    reward: float = 0.0
+    answer: str | None = None
+    verify_reason: str | None = None
+
+
+@dataclass
+class PlanResult:
+    records: list[RolloutRecord]
+    rewards: np.ndarray
+    group_ids: np.ndarray
+    advantages: np.ndarray | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    rounds: list[dict] = field(default_factory=list)
+    """Per round: allocation per prompt, seeded prompt indices, flips, truncations."""
+
+
+def _is_nonuniform(alloc: np.ndarray, budget: int) -> bool:
+    # an even split of `budget` over P prompts differs by at most 1 (0 when P divides it)
+    spread = int(alloc.max() - alloc.min()) if alloc.size else 0
+    return spread > (0 if budget % max(alloc.size, 1) == 0 else 1)
+
+
+def generate_rollouts(
+    problems: Sequence[Problem],
+    engine: RolloutEngine,
+    verifier,
+    renderer: PromptRenderer,
+    cfg: PlanConfig,
+    sampling: SamplingParams,
+    *,
+    corpus=None,
+) -> PlanResult:
+    """Algorithm 1 lines 1-13: base rollouts, then planning rounds with ICL seeding. Rewards, no advantages yet."""
+    P = len(problems)
+    if P == 0:
+        raise ValueError("problems is empty")
+    timings = {"time/generate": 0.0, "time/verify": 0.0, "time/plan": 0.0, "time/retrieve": 0.0}
+    records: list[RolloutRecord] = []
+    by_prompt: list[list[float]] = [[] for _ in range(P)]
+    plain = [renderer.render(p) for p in problems]
+    refs = [p.answer for p in problems]
+    plain_ids: list[list[int] | None] = [None] * P
+
+    def run(prompts: list[str], counts: list[int], seeded: list[bool], rnd: int) -> None:
+        t0 = time.perf_counter()
+        outs = engine.generate(prompts, counts, sampling)
+        timings["time/generate"] += time.perf_counter() - t0
+        new: list[RolloutRecord] = []
+        for q, rollouts in enumerate(outs):
+            for r in rollouts:
+                if not seeded[q] and plain_ids[q] is None:
+                    plain_ids[q] = list(r.prompt_ids)
+                new.append(
+                    RolloutRecord(
+                        problem_index=q, group_id=q, round=rnd, seeded=seeded[q],
+                        gen_prompt_ids=list(r.prompt_ids), train_prompt_ids=list(r.prompt_ids),
+                        completion_ids=list(r.completion_ids), logprobs=list(r.logprobs),
+                        finish_reason=r.finish_reason, text=r.text,
+                    )
+                )
+        t0 = time.perf_counter()
+        results = verifier.verify_batch([x.text for x in new], [refs[x.problem_index] for x in new])
+        timings["time/verify"] += time.perf_counter() - t0
+        for x, res in zip(new, results):
+            x.reward, x.answer, x.verify_reason = float(res.score), res.answer, res.reason
+            by_prompt[x.problem_index].append(x.reward)
+        records.extend(new)
+
+    t0 = time.perf_counter()
+    phases = plan_phases(P, cfg.rollouts_per_step, cfg.n_base, cfg.plan_rounds)
+    timings["time/plan"] += time.perf_counter() - t0
+    round_budgets = list(phases.round_budgets)
+    rounds: list[dict] = []
+    not_seeded = [False] * P
+
+    if cfg.allocation == "uniform" and not cfg.icl:
+        # nothing to plan: one batch, the whole budget split evenly (GRPO)
+        alloc = split_budget(np.zeros(P), cfg.rollouts_per_step)
+        run(plain, [int(a) for a in alloc], not_seeded, 0)
+        rounds.append({"round": 0, "alloc": alloc.tolist(), "seeded": [], "flips": 0, "truncated": 0})
+    else:
+        run(plain, [cfg.n_base] * P, not_seeded, 0)
+        rounds.append({"round": 0, "alloc": [cfg.n_base] * P, "seeded": [], "flips": 0, "truncated": 0})
+        for t, budget in enumerate(round_budgets, start=1):
+            if budget == 0:
+                continue
+            t0 = time.perf_counter()
+            if cfg.allocation == "hrp":
+                alloc = allocate_round(
+                    [np.asarray(r) for r in by_prompt], budget, alpha=cfg.alpha, lam=cfg.lam,
+                    max_per_prompt=cfg.max_extra_per_prompt, mode=cfg.alloc_mode,
+                )
+            else:
+                alloc = split_budget(np.zeros(P), budget, max_per_prompt=cfg.max_extra_per_prompt)
+            timings["time/plan"] += time.perf_counter() - t0
+
+            prompts, seeded, truncated = list(plain), [False] * P, 0
+            if cfg.icl and corpus is not None and len(corpus) > 0:
+                # Alg. 1 line 9-10: acc_q = 1{exists a correct rollout}; unsolved prompts get their ICL prompt
+                unsolved = [
+                    q for q in range(P)
+                    if alloc[q] > 0 and not any(r >= cfg.full_reward for r in by_prompt[q])
+                ]
+                if unsolved:
+                    t0 = time.perf_counter()
+                    found = corpus.retrieve_many(
+                        [problems[q].id for q in unsolved], [problems[q].text for q in unsolved],
+                        k=cfg.icl_k, min_similarity=cfg.icl_min_similarity,
+                    )
+                    for q, examples in zip(unsolved, found):
+                        if examples:
+                            icl = renderer.render_icl(problems[q], examples)
+                            if icl.num_examples > 0:
+                                prompts[q], seeded[q] = icl.text, True
+                                truncated += icl.truncated
+                    timings["time/retrieve"] += time.perf_counter() - t0
+            n_before = [len(r) for r in by_prompt]
+            run(prompts, [int(a) for a in alloc], seeded, t)
+            seeded_idx = [q for q in range(P) if seeded[q]]
+            flips = sum(
+                1 for q in seeded_idx if any(r >= cfg.full_reward for r in by_prompt[q][n_before[q]:])
+            )
+            rounds.append({
+                "round": t, "alloc": [int(a) for a in alloc], "seeded": seeded_idx, "flips": flips,
+                "truncated": truncated, "nonuniform": _is_nonuniform(np.asarray(alloc), budget),
+            })
+
+    # every prompt had plain rollouts in round 0 unless its base allocation was 0 (possible only in the
+    # single-batch path with fewer rollouts than prompts); tokenise the plain prompt there
+    for q in range(P):
+        if plain_ids[q] is None:
+            plain_ids[q] = list(renderer.tokenizer(plain[q], add_special_tokens=False)["input_ids"])
+    if cfg.icl_train_prompt == "original":
+        for x in records:
+            x.train_prompt_ids = list(plain_ids[x.problem_index])
+
+    rewards = np.array([x.reward for x in records], dtype=np.float64)
+    group_ids = np.array([x.group_id for x in records], dtype=np.int64)
+    result = PlanResult(records=records, rewards=rewards, group_ids=group_ids, rounds=rounds)
+    result.metrics.update(timings)
+    result.metrics.update(_rollout_metrics(result, P))
+    return result
+
+
+def _rollout_metrics(result: PlanResult, num_prompts: int) -> dict[str, float]:
+    recs, rewards = result.records, result.rewards
+    lengths = np.array([len(x.completion_ids) for x in recs], dtype=np.float64)
+    sizes = np.bincount(result.group_ids, minlength=num_prompts)
+    zero_var = 0
+    for q in range(num_prompts):
+        r = rewards[result.group_ids == q]
+        zero_var += int(r.size > 0 and np.all(r == r[0]))
+    planned = [r for r in result.rounds if r["round"] > 0]
+    extras = np.array([a for r in planned for a in r["alloc"]], dtype=np.float64)
+    seeded = sum(len(r["seeded"]) for r in planned)
+    flips = sum(r["flips"] for r in planned)
+    m = {
+        "rollout/count": float(len(recs)),
+        "rollout/reward_mean": float(rewards.mean()) if rewards.size else 0.0,
+        "rollout/reward_std": float(rewards.std()) if rewards.size else 0.0,
+        "rollout/response_length_mean": float(lengths.mean()) if lengths.size else 0.0,
+        "rollout/truncation_rate": float(np.mean([x.finish_reason == "length" for x in recs])) if recs else 0.0,
+        "rollout/zero_variance_group_frac": zero_var / num_prompts,
+        "rollout/solved_prompt_frac": float(np.mean([
+            np.any(rewards[result.group_ids == q] >= 1.0) for q in range(num_prompts)
+        ])),
+        "rollout/group_size_min": float(sizes.min()),
+        "rollout/group_size_max": float(sizes.max()),
+        "alloc/rounds": float(len(planned)),
+        "alloc/nonuniform_rounds": float(sum(bool(r.get("nonuniform")) for r in planned)),
+        "alloc/max_extra": float(extras.max()) if extras.size else 0.0,
+        "alloc/zero_extra_frac": float(np.mean(extras == 0)) if extras.size else 0.0,
+        "icl/seeded_prompts": float(seeded),
+        "icl/flips": float(flips),
+        "icl/flip_rate": float(flips / seeded) if seeded else 0.0,
+        "icl/seeded_rollouts": float(sum(x.seeded for x in recs)),
+        "icl/truncated_examples": float(sum(r["truncated"] for r in planned)),
+    }
+    return m
+
+
+def sequence_scores(records: Sequence[RolloutRecord], token_logprobs: Sequence[Sequence[float]] | None = None):
+    """s(y) of Eq. (4) for every rollout: from ``token_logprobs`` when given (e.g. the trainer's log-probs recomputed
+    under the training prompt), else from the engine's sampling log-probs."""
+    lps = [x.logprobs for x in records] if token_logprobs is None else token_logprobs
+    if len(lps) != len(records):
+        raise ValueError(f"token_logprobs has {len(lps)} rows for {len(records)} rollouts")
+    T = max((len(v) for v in lps), default=0)
+    lp = np.zeros((len(lps), max(T, 1)), dtype=np.float64)
+    mask = np.zeros_like(lp)
+    for i, v in enumerate(lps):
+        if len(v) == 0:
+            raise ValueError(f"rollout {i} has an empty completion; s(y) is undefined")
+        lp[i, : len(v)] = np.asarray(v, dtype=np.float64)
+        mask[i, : len(v)] = 1.0
+    return length_normalized_loglik(lp, mask)
+
+
+def compute_advantages(
+    result: PlanResult, cfg: PlanConfig, token_logprobs: Sequence[Sequence[float]] | None = None
+) -> PlanResult:
+    """Algorithm 1 line 14: GRPO advantages by group id, then (if ``cfg.sharpen``) novelty sharpening, Eq. (6)."""
+    adv = group_advantages(result.rewards, result.group_ids, scale=cfg.adv_scale)
+    metrics: dict[str, float] = {"adv/mean": float(np.mean(adv)), "adv/abs_mean": float(np.mean(np.abs(adv)))}
+    if cfg.sharpen:
+        scores = sequence_scores(result.records, token_logprobs)
+        adv, m = sharpen_advantages(
+            adv, result.rewards, scores, result.group_ids,
+            lam_nov=cfg.lam_nov, kappa_clip=cfg.kappa_clip, full_reward=cfg.full_reward,
+        )
+        metrics.update(m)
+    result.advantages = np.asarray(adv, dtype=np.float64)
+    result.metrics.update(metrics)
+    return result
+
+
+def update_corpus(result: PlanResult, problems: Sequence[Problem], corpus, cfg: PlanConfig, step: int) -> int:
+    """Algorithm 1 line 15: add the step's correct rollouts to the ICL corpus. Returns how many were offered."""
+    good = [x for x in result.records if x.reward >= cfg.full_reward]
+    if corpus is None or not good:
+        return 0
+    corpus.add_many(
+        [problems[x.problem_index].id for x in good],
+        [problems[x.problem_index].text for x in good],
+        [x.text for x in good],
+        [step] * len(good),
+    )
+    return len(good)
+
+
+def plan_rollouts(
+    problems: Sequence[Problem],
+    engine: RolloutEngine,
+    verifier,
+    renderer: PromptRenderer,
+    cfg: PlanConfig,
+    sampling: SamplingParams,
+    *,
+    corpus=None,
+    step: int = 0,
+) -> PlanResult:
+    """Algorithm 1 in full: rollouts, advantages (with the engine's log-probs for s(y)), corpus update."""
+    result = generate_rollouts(problems, engine, verifier, renderer, cfg, sampling, corpus=corpus)
+    compute_advantages(result, cfg)
+    if cfg.icl and corpus is not None:
+        update_corpus(result, problems, corpus, cfg, step)
+        result.metrics["icl/corpus_problems"] = float(len(corpus))
+    return result
