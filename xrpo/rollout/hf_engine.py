@@ -177,6 +177,9 @@ class HFEngine:
             use_cache=True,
             output_logits=True,
             return_dict_in_generate=True,
+            # a diverged policy (inf/NaN logits) must not crash inside torch.multinomial: sampling goes on from
+            # cleaned scores, while the raw logits (and so the returned log-probs) keep the NaN for the caller to see
+            remove_invalid_values=True,
         )
         if params.greedy:
             gen_kwargs["do_sample"] = False

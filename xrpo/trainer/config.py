@@ -1,0 +1,405 @@
+"""Training configuration: dataclasses with one docstring per field (the single source for `--help` and the docs).
+
+A config is built from, in order of precedence (last wins): the dataclass defaults, the method preset named by
+``method.name`` (`xrpo.algo.presets`), a YAML file, and ``section.field=value`` overrides from the command line.
+Cross-field checks run in `TrainConfig.validate()` before any model is loaded.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xrpo.algo.presets import get_preset, list_presets
+
+
+@dataclass
+class ModelConfig:
+    path: str = "default"
+    """A local model directory or hub id loadable by transformers AutoModelForCausalLM; "default" builds (once, then
+    caches) the built-in tiny Qwen2 model warm-started on the default task."""
+    gguf_file: str | None = None
+    """GGUF file name inside `path` (transformers loads it with gguf_file=; needs the `gguf` package)."""
+    dtype: str = "float32"
+    """Parameter dtype for training: float32 or bfloat16."""
+    use_chat_template: bool | None = None
+    """Wrap prompts in the tokenizer's chat template (None: when the tokenizer has one)."""
+    system_prompt: str | None = None
+    """Optional system message for chat models."""
+    cache_dir: str | None = None
+    """Where the built-in default model is cached (default: $XRPO_CACHE or ~/.cache/xrpo)."""
+    warmup_steps: int = 300
+    """Supervised warm-start steps of the default model (only when it is first built; about 60 s on 2 cores)."""
+
+
+@dataclass
+class DataConfig:
+    train: str = "default"
+    """Training problems: a JSONL / JSON / parquet file or a datasets directory; "default" = the built-in
+    reasoning-gym task."""
+    heldout: str | None = None
+    """Held-out problems for validation and the before/after summary (default task: its own held-out split)."""
+    prompt_key: str | None = None
+    """Column holding the prompt (None: auto-detect, see xrpo.data.load_problems)."""
+    answer_key: str | None = None
+    """Column holding the reference answer (dotted keys reach into nested fields, e.g. reward_model.ground_truth)."""
+    id_key: str | None = None
+    """Column holding a unique problem id (None: extra_info.index or the row number)."""
+    verifier: str = "math"
+    """Verifier name from the registry (xrpo.rewards) or a dotted import path to a user verifier."""
+    n_train: int = 2000
+    """Default task only: number of training problems."""
+    n_heldout: int = 200
+    """Default task only: number of held-out problems (also caps a user held-out file)."""
+    prompt_template: str | None = None
+    """Format string with {prompt} applied to each problem's text before the chat template, e.g.
+    "{prompt} Put the final answer in \\boxed{}." (None: "Q: {prompt}\nA:" for the default task, "{prompt}"
+    otherwise)."""
+    max_prompt_tokens: int = 256
+    """Prompts longer than this are an error; ICL prompts are truncated to fit it."""
+
+
+@dataclass
+class MethodConfig:
+    name: str = "xrpo"
+    """Method preset: sets every knob below unless overridden (see docs/methods.md)."""
+    adv_scale: str = "std"
+    """Group normalisation of advantages: "std" (GRPO) or "none" (Dr. GRPO)."""
+    policy_loss: str = "vanilla"
+    """Policy loss from the registry: vanilla (token-level clip), gspo, gspo_token."""
+    clip_low: float = 0.2
+    """Lower clip epsilon of the importance ratio."""
+    clip_high: float = 0.28
+    """Upper clip epsilon of the importance ratio (DAPO clip-higher)."""
+    loss_agg: str = "token-mean"
+    """Loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum-norm."""
+    kl_coef: float = 0.001
+    """beta of the KL term against the frozen reference model (0 disables the reference model)."""
+    kl_estimator: str = "k3"
+    """KL estimator: k3 or k1."""
+    allocation: str = "hrp"
+    """Rollout allocation: hrp (XRPO's hierarchical planning) or uniform."""
+    n_base: int = 4
+    """Base rollouts per prompt before planning."""
+    plan_rounds: int = 2
+    """Planning rounds that split the rest of the step's budget."""
+    alpha: float = 0.05
+    """Significance of the Student-t confidence interval, Eq. (1)."""
+    lam: float = 0.1
+    """Exploration-bonus weight lambda."""
+    alloc_mode: str = "proportional"
+    """proportional (the paper) or greedy allocation within a round."""
+    icl: bool = True
+    """ICL seeding of prompts with no success."""
+    icl_k: int = 2
+    """Examples per ICL prompt."""
+    sharpen: bool = True
+    """Novelty-guided advantage sharpening, Eq. (6)."""
+    lam_nov: float = 2.5
+    """lambda_nov of Eq. (6)."""
+    kappa_clip: float = 0.5
+    """kappa_clip of Eq. (6)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and refill from new prompts."""
+    max_gen_batches: int = 3
+    """DAPO: at most this many generation batches per step when refilling."""
+
+
+@dataclass
+class RolloutConfig:
+    prompts_per_step: int = 16
+    """Prompts per training step (paper: batch size 16)."""
+    rollouts_per_step: int = 128
+    """Rollouts per step over all prompts, base rollouts included (paper: 128 for Qwen3-1.7B)."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts (paper: 1.0)."""
+    top_p: float = 1.0
+    """Nucleus sampling for training rollouts."""
+    max_new_tokens: int = 24
+    """Maximum completion length."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings that end a completion."""
+    engine: str = "hf"
+    """Rollout engine: hf (transformers generate; CPU or GPU) or vllm (GPU, `vllm` extra)."""
+    max_batch_size: int = 256
+    """Largest generation batch of the hf engine."""
+    icl_style: str = "auto"
+    """ICL prompt: "paper" (the paper's XML template), "fewshot" (examples in the task's own format), or "auto"
+    (fewshot for the built-in default model, which cannot read the XML template; paper otherwise)."""
+    icl_fewshot_example: str | None = None
+    """fewshot style: how one solved example is written, with {problem} and {solution} (None: the prompt template
+    with the example's problem, followed by its solution)."""
+    icl_train_prompt: str = "original"
+    """Train ICL-seeded rollouts under the original prompt or the icl prompt."""
+    icl_min_similarity: float = 0.0
+    """Neighbours below this cosine similarity are not used as ICL examples."""
+    embedder: str = "wordllama"
+    """Embedder for ICL retrieval: wordllama (offline default), minilm, hash, or a sentence-transformers path."""
+    icl_corpus: str | None = None
+    """Optional JSONL of seed solutions (problem_id, problem, solution) the corpus starts from."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 2e-4
+    """AdamW learning rate (paper: 2e-6 for billion-parameter models; the tiny default model needs more)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up steps."""
+    schedule: str = "constant"
+    """Learning-rate schedule after warm-up: constant or cosine."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip (0 disables)."""
+    micro_batch_tokens: int = 8192
+    """Token budget (padded rows x length) of one forward/backward micro-batch; bounds memory whatever the group
+    sizes."""
+    ppo_epochs: int = 1
+    """Passes over each step's rollouts."""
+    mini_batches: int = 1
+    """Optimizer steps per pass (the rollouts are split into this many mini-batches; >1 makes later ones off-policy)."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 150
+    """Training steps."""
+    seed: int = 0
+    """Seed for data order, sampling and initialisation."""
+    output: str | None = None
+    """Output directory (default: runs/<timestamp>)."""
+    time_limit: float | None = None
+    """Stop training after this many seconds (checked between steps); None = run all steps."""
+    eval_every: int = 50
+    """Validate on the held-out split every N steps (0 disables periodic validation)."""
+    eval_samples: int = 8
+    """Samples per held-out problem for validation (pass@1 is their mean accuracy)."""
+    eval_k: list[int] = field(default_factory=lambda: [1, 4, 8])
+    """k values for pass@k in validation."""
+    eval_temperature: float = 1.0
+    """Sampling temperature for validation."""
+    save_every: int = 50
+    """Checkpoint every N steps (0: only at the end)."""
+    keep_last: int = 2
+    """Checkpoints kept (older ones are deleted)."""
+    log_samples_every: int = 25
+    """Print a table of sample completions every N steps (0 disables)."""
+    tensorboard: bool = True
+    """Write TensorBoard logs when tensorboard is installed."""
+    progress: bool = True
+    """Show a live progress bar."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def validate(self) -> "TrainConfig":
+        """Cross-field checks; raises ValueError naming the field."""
+        m, r, o = self.method, self.rollout, self.optim
+        _check(self.steps >= 1, "steps", "must be >= 1", self.steps)
+        _check(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1", r.prompts_per_step)
+        _check(m.n_base >= 2, "method.n_base", "must be >= 2 (the t quantile needs n >= 2)", m.n_base)
+        _check(
+            r.rollouts_per_step >= m.n_base * r.prompts_per_step, "rollout.rollouts_per_step",
+            f"must be >= method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step}",
+            r.rollouts_per_step,
+        )
+        _check(0 < m.alpha < 1, "method.alpha", "must be in (0, 1)", m.alpha)
+        _check(m.lam >= 0, "method.lam", "must be >= 0", m.lam)
+        _check(m.kl_coef >= 0, "method.kl_coef", "must be >= 0", m.kl_coef)
+        _check(m.clip_low >= 0 and m.clip_high >= 0, "method.clip_low/clip_high", "must be >= 0",
+               (m.clip_low, m.clip_high))
+        _check(m.allocation in ("hrp", "uniform"), "method.allocation", "must be hrp or uniform", m.allocation)
+        _check(m.adv_scale in ("std", "none"), "method.adv_scale", "must be std or none", m.adv_scale)
+        _check(m.kl_estimator in ("k1", "k3"), "method.kl_estimator", "must be k1 or k3", m.kl_estimator)
+        _check(m.loss_agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"), "method.loss_agg",
+               "must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm", m.loss_agg)
+        _check(m.max_gen_batches >= 1, "method.max_gen_batches", "must be >= 1", m.max_gen_batches)
+        _check(r.temperature >= 0, "rollout.temperature", "must be >= 0", r.temperature)
+        _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]", r.top_p)
+        _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
+        _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)
+        _check(r.icl_style in ("auto", "paper", "fewshot"), "rollout.icl_style", "must be auto, paper or fewshot",
+               r.icl_style)
+        if self.data.prompt_template is not None:
+            _check("{prompt}" in self.data.prompt_template, "data.prompt_template", "must contain {prompt}",
+                   self.data.prompt_template)
+        _check(r.icl_train_prompt in ("original", "icl"), "rollout.icl_train_prompt", "must be original or icl",
+               r.icl_train_prompt)
+        _check(o.lr > 0, "optim.lr", "must be > 0", o.lr)
+        _check(o.schedule in ("constant", "cosine"), "optim.schedule", "must be constant or cosine", o.schedule)
+        _check(o.ppo_epochs >= 1, "optim.ppo_epochs", "must be >= 1", o.ppo_epochs)
+        _check(o.mini_batches >= 1, "optim.mini_batches", "must be >= 1", o.mini_batches)
+        _check(o.micro_batch_tokens >= 1, "optim.micro_batch_tokens", "must be >= 1", o.micro_batch_tokens)
+        _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", "must be two values in [0, 1)",
+               o.betas)
+        _check(self.eval_samples >= 1, "eval_samples", "must be >= 1", self.eval_samples)
+        _check(all(1 <= k <= self.eval_samples for k in self.eval_k), "eval_k",
+               f"every k must be in [1, eval_samples={self.eval_samples}]", self.eval_k)
+        _check(self.keep_last >= 1, "keep_last", "must be >= 1", self.keep_last)
+        _check(self.model.dtype in ("float32", "bfloat16"), "model.dtype", "must be float32 or bfloat16",
+               self.model.dtype)
+        return self
+
+
+def _check(ok: bool, name: str, what: str, value: Any) -> None:
+    if not ok:
+        raise ValueError(f"config field {name} {what}, got {value!r}")
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "method": MethodConfig, "rollout": RolloutConfig,
+            "optim": OptimConfig}
+
+
+# -- building a config ------------------------------------------------------------------------------------------
+def _coerce(value: Any, current: Any, name: str, ftype: str = "") -> Any:
+    """Convert a YAML/CLI value to the field's type (declared ``ftype``, else the type of its current value)."""
+    ftype = ftype.replace(" ", "")
+    if isinstance(value, str) and ftype in ("str", "str|None"):
+        # strings are taken verbatim (a prompt template like "Q: {prompt}" is not YAML); "null" clears an optional
+        return None if ftype == "str|None" and value in ("null", "None", "~") else value
+    if isinstance(value, str) and not isinstance(current, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"config field {name}: cannot parse {value!r}: {e}") from None
+    if value is None:
+        return None
+    if isinstance(value, str) and isinstance(current, float):
+        try:  # YAML 1.1 reads "3e-5" (no dot) as a string
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(current, bool) and not isinstance(value, bool):
+        raise ValueError(f"config field {name} expects true/false, got {value!r}")
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(current, int) and not isinstance(current, bool) and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(current, list) and isinstance(value, (str, int, float)):
+        value = [value]
+    if current is not None and not isinstance(value, type(current)) and not (
+        isinstance(current, float) and isinstance(value, int)
+    ):
+        raise ValueError(
+            f"config field {name} expects {type(current).__name__}, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _set(cfg: TrainConfig, key: str, value: Any, explicit: set[str]) -> None:
+    parts = key.split(".")
+    if len(parts) == 1:
+        obj, attr = cfg, parts[0]
+    elif len(parts) == 2 and parts[0] in SECTIONS:
+        obj, attr = getattr(cfg, parts[0]), parts[1]
+    else:
+        raise ValueError(f"unknown config key {key!r}; keys are FIELD or SECTION.FIELD with SECTION in {list(SECTIONS)}")
+    valid = [f.name for f in fields(obj)]
+    if attr not in valid or attr in SECTIONS:
+        where = parts[0] if len(parts) == 2 else "top level"
+        raise ValueError(f"unknown config key {key!r}: {where} has fields {[v for v in valid if v not in SECTIONS]}")
+    ftype = next(f.type for f in fields(obj) if f.name == attr)
+    setattr(obj, attr, _coerce(value, getattr(obj, attr), key, str(ftype)))
+    explicit.add(key)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and k in SECTIONS and not prefix:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def build_config(yaml_path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Defaults < method preset < YAML file < ``key=value`` overrides. Validated before it is returned."""
+    values: dict[str, Any] = {}
+    if yaml_path:
+        p = Path(yaml_path)
+        if not p.is_file():
+            raise FileNotFoundError(f"config file {yaml_path} does not exist")
+        loaded = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"config file {yaml_path}: expected a mapping at the top level")
+        values.update(_flatten(loaded))
+    for item in overrides or []:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} is not of the form key=value")
+        k, v = item.split("=", 1)
+        values[k.strip()] = v
+    cfg = TrainConfig()
+    explicit: set[str] = set()
+    name = values.pop("method.name", None)
+    if isinstance(name, str):
+        name = name.strip()
+    if name is not None:
+        cfg.method.name = name
+    for knob, value in get_preset(cfg.method.name).items():
+        if not hasattr(cfg.method, knob):
+            raise ValueError(f"preset {cfg.method.name!r} sets unknown knob {knob!r}")
+        setattr(cfg.method, knob, value)
+    for k, v in values.items():
+        _set(cfg, k, v, explicit)
+    return cfg.validate()
+
+
+def to_dict(cfg: TrainConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(d: dict) -> TrainConfig:
+    """Exact inverse of `to_dict` (used to reload a run's config.yaml on resume)."""
+    cfg = TrainConfig()
+    explicit: set[str] = set()
+    for k, v in _flatten(d).items():
+        if k == "method.name":
+            cfg.method.name = v
+            continue
+        _set(cfg, k, v, explicit)
+    return cfg.validate()
+
+
+# -- help text from the field docstrings ------------------------------------------------------------------------
+def field_docs(cls) -> dict[str, str]:
+    """The docstring under each dataclass field (attribute docstrings are not kept at run time; read the source)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
+                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
+            docs[a.target.id] = " ".join(b.value.value.split())
+    return docs
+
+
+def help_text() -> str:
+    lines = ["Configuration (set with key=value, or in a YAML file given with --config):", ""]
+    default = TrainConfig()
+    for prefix, cls, obj in [("", TrainConfig, default)] + [
+        (f"{s}.", c, getattr(default, s)) for s, c in SECTIONS.items()
+    ]:
+        docs = field_docs(cls)
+        if prefix:
+            lines.append(f"[{prefix[:-1]}]")
+        for f in fields(cls):
+            if f.name in SECTIONS:
+                continue
+            lines.append(f"  {prefix}{f.name} = {getattr(obj, f.name)!r}")
+            lines.append(textwrap.fill(docs.get(f.name, ""), 100, initial_indent="      ",
+                                       subsequent_indent="      "))
+        lines.append("")
+    lines.append(f"Method presets (method.name=...): {', '.join(list_presets())}")
+    return "\n".join(lines)

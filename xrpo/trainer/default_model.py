@@ -1,0 +1,143 @@
+"""The built-in default model: a ~1.1M-parameter Qwen2 with a tokenizer built for the default task, warm-started
+briefly by supervised learning, cached on disk, and loaded afterwards through the same `from_pretrained` code path as
+any real model.
+
+Warm-start data (why it looks like this):
+    - problems of the default task's families and levels, drawn with their own seed, with every held-out question
+      of the default run (seed 0) removed, so held-out accuracy measures generalisation;
+    - a quarter of the sequences are 2-shot: two solved problems of the same family, then the target, in the same
+      "Q: ...\\nA: \\boxed{...}" format. A model that was never shown a few-shot sequence cannot read an ICL prompt
+      (instruction-tuned models learnt this in pre-training); these teach the format, not the answers, since the
+      examples are other problems. The loss covers every answer span, never the questions.
+    - a fixed number of steps rather than a time budget, so the cached model is the same on every machine.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+CACHE_VERSION = "tiny-qwen2-v1"
+WARMUP_SEED = 1234
+WARMUP_PROBLEMS = 12000
+FEWSHOT_FRACTION = 0.25
+
+
+def default_model_dir(root: Path) -> Path:
+    return Path(root) / CACHE_VERSION
+
+
+def ensure_default_model(root: Path, *, warmup_steps: int = 300, log=print) -> Path:
+    """Return the cached default model directory, building it first if needed (atomically: tmp dir + rename)."""
+    final = default_model_dir(root) / f"warmup-{warmup_steps}"
+    if (final / "COMPLETE").exists():
+        return final
+    log(f"building the default model (once; cached in {final}) ...")
+    t0 = time.perf_counter()
+    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model, tokenizer, stats = build_default_model(warmup_steps=warmup_steps, log=log)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    stats["build_seconds"] = time.perf_counter() - t0
+    (tmp / "warmup.json").write_text(json.dumps(stats, indent=1))
+    (tmp / "COMPLETE").write_text("ok\n")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    log(f"default model ready in {stats['build_seconds']:.0f}s (warm-start loss {stats['final_loss']:.3f})")
+    return final
+
+
+def _warmup_examples(n: int) -> list[list[tuple[str, str]]]:
+    """Sequences of (prompt, answer) segments: single problems and 2-shot groups of the same family."""
+    from xrpo.data.tasks import format_prompt, make_default_task
+
+    _, heldout = make_default_task(n_train=0, n_heldout=200, seed=0)
+    banned = {p.text for p in heldout}
+    pool, _ = make_default_task(n_train=n, n_heldout=0, seed=WARMUP_SEED)
+    pool = [p for p in pool if p.text not in banned]
+    rng = random.Random(WARMUP_SEED)
+    by_family: dict[str, list] = {}
+    for p in pool:
+        by_family.setdefault(p.metadata.get("family", ""), []).append(p)
+    seqs = []
+    for p in pool:
+        segs = [(format_prompt(p), f" \\boxed{{{p.answer}}}")]
+        if rng.random() < FEWSHOT_FRACTION:
+            fam = by_family[p.metadata.get("family", "")]
+            shots = [q for q in rng.sample(fam, min(3, len(fam))) if q.id != p.id][:2]
+            segs = [(format_prompt(q), f" \\boxed{{{q.answer}}}") for q in shots] + segs
+        seqs.append(segs)
+    return seqs
+
+
+def build_default_model(*, warmup_steps: int, batch_size: int = 64, lr: float = 1e-3, seed: int = 0, log=print):
+    from xrpo.models.tiny import build_tiny_model, build_tiny_tokenizer
+
+    seqs = _warmup_examples(WARMUP_PROBLEMS)
+    texts = ["".join(p + a for p, a in s) for s in seqs]
+    tokenizer = build_tiny_tokenizer(texts)
+    torch.manual_seed(seed)
+    model = build_tiny_model(tokenizer, seed=seed)
+    eos = tokenizer.eos_token_id
+    # tokenise segment by segment so that labels cover answers only; separators between shots are "\n"
+    encoded = []
+    nl = tokenizer("\n", add_special_tokens=False)["input_ids"]
+    for segs in seqs:
+        ids, labels = [], []
+        for j, (prompt, answer) in enumerate(segs):
+            if j:
+                ids += nl
+                labels += [-100] * len(nl)
+            p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            a = tokenizer(answer, add_special_tokens=False)["input_ids"]
+            if j == len(segs) - 1:
+                a = a + [eos]
+            ids += p + a
+            labels += [-100] * len(p) + a
+        encoded.append((ids, labels))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(s / warmup_steps, 1.0)))
+    )
+    rng = random.Random(seed)
+    model.train()
+    losses = []
+    t0 = time.perf_counter()
+    pad = tokenizer.pad_token_id
+    for step in range(warmup_steps):
+        batch = [encoded[rng.randrange(len(encoded))] for _ in range(batch_size)]
+        L = max(len(i) for i, _ in batch)
+        ids = torch.full((batch_size, L), pad, dtype=torch.long)
+        lab = torch.full((batch_size, L), -100, dtype=torch.long)
+        att = torch.zeros((batch_size, L), dtype=torch.long)
+        for b, (i, l) in enumerate(batch):
+            ids[b, : len(i)] = torch.tensor(i)
+            lab[b, : len(l)] = torch.tensor(l)
+            att[b, : len(i)] = 1
+        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        if (step + 1) % 100 == 0:
+            log(f"  warm-start step {step + 1}/{warmup_steps}: loss {sum(losses[-100:]) / 100:.3f}")
+    model.eval()
+    stats = {
+        "cache_version": CACHE_VERSION, "warmup_steps": warmup_steps, "batch_size": batch_size, "lr": lr,
+        "sequences": len(encoded), "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
+        "train_seconds": time.perf_counter() - t0,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    return model, tokenizer, stats

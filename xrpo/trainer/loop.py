@@ -1,0 +1,410 @@
+"""The single-machine XRPO / GRPO / DAPO / GSPO training loop. Reads top to bottom:
+
+    setup       config -> output dir, model + tokenizer (+ frozen reference when kl_coef > 0), data, verifier,
+                ICL corpus, rollout engine, optimizer; or all of it restored from a checkpoint (--resume)
+    each step   1. rollouts   the planner (Algorithm 1): base rollouts, planning rounds, ICL seeding, verification;
+                              DAPO: dynamic sampling refills the batch with groups whose rewards differ
+                2. old log-probs recomputed by the training model under each rollout's training prompt
+                3. advantages GRPO by group id + novelty sharpening (Eq. 6) scored on those log-probs
+                4. update     policy loss from the registry (+ beta * KL to the reference), micro-batches by token
+                              budget with gradient accumulation, ppo_epochs x mini_batches optimizer steps
+                5. corpus     correct rollouts join the ICL corpus (Algorithm 1 line 15)
+                6. log / validate / checkpoint
+    end         final validation, summary.json
+
+Old log-probs and the engine's sampling log-probs: the engine returns log pi(y_t) at temperature 1 under the prompt the
+rollout was *generated* from. The loss needs log pi_old(y_t) under the prompt it is *trained* on; for an ICL-seeded
+rollout trained under the original prompt these differ, so the trainer recomputes all old log-probs with the training
+model before the update (verl does the same: `compute_log_prob` before `update_actor`). With one epoch and one
+mini-batch the ratio is then exactly 1 and the clip never binds (on-policy GRPO); the clip matters for later
+mini-batches/epochs and for GSPO. Sharpening's s(y) (Eq. 4) also uses these recomputed log-probs, so novelty is
+measured under the prompt the advantage is applied to.
+
+Deviations from the paper (see also the planner's docstring):
+    - the loss of each step is normalised over the step's whole mini-batch (global token / sequence counts), so
+      gradient accumulation over micro-batches gives exactly the full-batch gradient.
+    - the default learning rate is 2e-4, not the paper's 2e-6: the built-in model has 1.1M parameters.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import time
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from xrpo.algo.losses import aggregate_loss, get_policy_loss, kl_penalty
+from xrpo.algo.sampling import dynamic_sampling_keep_groups
+from xrpo.rewards import get_verifier
+from xrpo.rollout.engine import SamplingParams
+from xrpo.rollout.planner import PlanConfig, PlanResult, compute_advantages, generate_rollouts, update_corpus
+from xrpo.rollout.prompts import PromptRenderer
+from xrpo.rollout.validate import sample_and_score
+from xrpo.trainer import checkpoint as ckpt
+from xrpo.trainer.config import TrainConfig, from_dict, to_dict
+from xrpo.trainer.logging import RunLogger
+from xrpo.trainer.logprobs import all_completion_logprobs, completion_logprobs, micro_batches
+from xrpo.trainer.setup import build_engine, load_corpus, load_data, load_model, make_renderer, new_corpus
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+class EpochSampler:
+    """Data order: a fresh permutation per epoch from (seed, epoch); its state is two integers, so resume is exact."""
+
+    def __init__(self, n: int, seed: int, epoch: int = 0, pos: int = 0):
+        self.n, self.seed, self.epoch, self.pos = n, seed, epoch, pos
+
+    def _perm(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+
+    def next(self, k: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < k:
+            perm = self._perm()
+            take = min(k - len(out), self.n - self.pos)
+            out.extend(int(i) for i in perm[self.pos : self.pos + take])
+            self.pos += take
+            if self.pos == self.n:
+                self.epoch, self.pos = self.epoch + 1, 0
+        return out
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+
+def plan_config(cfg: TrainConfig) -> PlanConfig:
+    m, r = cfg.method, cfg.rollout
+    return PlanConfig(
+        rollouts_per_step=r.rollouts_per_step, n_base=m.n_base, plan_rounds=m.plan_rounds,
+        allocation=m.allocation, alpha=m.alpha, lam=m.lam, alloc_mode=m.alloc_mode, icl=m.icl, icl_k=m.icl_k,
+        icl_min_similarity=r.icl_min_similarity, icl_train_prompt=r.icl_train_prompt, sharpen=m.sharpen,
+        lam_nov=m.lam_nov, kappa_clip=m.kappa_clip, adv_scale=m.adv_scale,
+    )
+
+
+def merge_plans(parts: list[tuple[list, PlanResult, np.ndarray]]) -> tuple[list, PlanResult]:
+    """Concatenate the kept groups of several generation batches (DAPO), renumbering problems and group ids."""
+    problems, records, rounds = [], [], []
+    metrics: dict[str, float] = {}
+    for probs, res, keep in parts:
+        remap = {}
+        for g in keep:
+            remap[int(g)] = len(problems)
+            problems.append(probs[int(g)])
+        for x in res.records:
+            if x.group_id in remap:
+                y = copy.copy(x)
+                y.problem_index = y.group_id = remap[x.group_id]
+                records.append(y)
+        rounds.extend(res.rounds)
+        for k, v in res.metrics.items():
+            metrics[k] = metrics.get(k, 0.0) + v if k.startswith("time/") else v
+    merged = PlanResult(
+        records=records,
+        rewards=np.array([x.reward for x in records], dtype=np.float64),
+        group_ids=np.array([x.group_id for x in records], dtype=np.int64),
+        rounds=rounds, metrics=metrics,
+    )
+    return problems, merged
+
+
+def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
+    # ================================================================ setup
+    t_start = time.perf_counter()
+    state: dict = {}
+    ckpt_path = None
+    if resume:
+        ckpt_path = ckpt.find_resume_checkpoint(resume)
+        state = ckpt.load_state(ckpt_path)
+        output = ckpt_path.parent.parent
+        saved = yaml.safe_load((output / "config.yaml").read_text())
+        cfg = from_dict(saved)
+        log(f"resuming {output} from {ckpt_path.name}")
+    else:
+        cfg.validate()
+        output = Path(cfg.output or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        output.mkdir(parents=True, exist_ok=True)
+        cfg.output = str(output)
+        (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    m, r, o = cfg.method, cfg.rollout, cfg.optim
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+    train_problems, heldout = load_data(cfg, log=log)
+    model, tokenizer, init_path = load_model(cfg, log=log)
+    if ckpt_path is not None:
+        model, tokenizer, _ = load_model(cfg, path=str(ckpt_path / "model"), log=log)
+    ref_model = None
+    if m.kl_coef > 0:
+        # the reference is the initial policy, also on resume
+        ref_model, _, _ = load_model(cfg, path=init_path, log=lambda *_: None)
+        ref_model.eval().requires_grad_(False)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    renderer = make_renderer(cfg, tokenizer)
+    for p in train_problems[:1000] + heldout:
+        n_tok = renderer.count_tokens(renderer.render(p))
+        if n_tok > cfg.data.max_prompt_tokens:
+            raise ValueError(f"problem {p.id}: prompt has {n_tok} tokens, more than data.max_prompt_tokens="
+                             f"{cfg.data.max_prompt_tokens}")
+    verifier = get_verifier(cfg.data.verifier)
+    corpus = None
+    if m.icl:
+        corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
+    engine = build_engine(cfg, model, tokenizer)
+    pcfg = plan_config(cfg)
+    loss_fn = get_policy_loss(m.policy_loss)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+
+    def lr_lambda(step: int) -> float:
+        if step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.schedule == "cosine":
+            frac = (step - o.warmup_steps) / max(1, cfg.steps - o.warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        return 1.0
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    sampler = EpochSampler(len(train_problems), cfg.seed)
+    start_step = 0
+    history: list[dict] = []
+    if ckpt_path is not None:
+        optimizer.load_state_dict(torch.load(ckpt_path / "optimizer.pt", weights_only=False))
+        scheduler.load_state_dict(torch.load(ckpt_path / "scheduler.pt", weights_only=False))
+        ckpt.set_rng_state(torch.load(ckpt_path / "rng.pt", weights_only=False))
+        sampler = EpochSampler(len(train_problems), cfg.seed, **state["sampler"])
+        start_step = state["step"]
+        history = state.get("eval_history", [])
+
+    logger = RunLogger(output, cfg, resume=ckpt_path is not None, log=log)
+    eval_sampling = SamplingParams(temperature=cfg.eval_temperature, top_p=1.0, max_new_tokens=r.max_new_tokens,
+                                   stop=tuple(r.stop), seed=cfg.seed + 7)
+
+    def validate(step: int) -> dict:
+        t0 = time.perf_counter()
+        vm, _ = sample_and_score(heldout, engine, verifier, renderer, n=cfg.eval_samples, sampling=eval_sampling,
+                                 ks=cfg.eval_k)
+        vm["time/validate"] = time.perf_counter() - t0
+        history.append({"step": step, **vm})
+        return vm
+
+    if start_step == 0:
+        before = validate(0)
+        state["before"] = before
+        logger.log_eval(0, before)
+    before = state.get("before", {})
+
+    # ================================================================ training steps
+    step = start_step
+    totals = {k: 0.0 for k in ["alloc/rounds", "alloc/nonuniform_rounds", "alloc/max_extra", "icl/seeded_prompts",
+                               "icl/flips", "adv/sharpened_count"]}
+    totals.update(state.get("totals", {}))
+    for step in range(start_step + 1, cfg.steps + 1):
+        if cfg.time_limit is not None and time.perf_counter() - t_start > cfg.time_limit:
+            log(f"time limit of {cfg.time_limit:.0f}s reached after step {step - 1}")
+            step -= 1
+            break
+        t_step = time.perf_counter()
+        model.eval()
+        # -------- 1. rollouts (Algorithm 1 lines 1-13; DAPO refills with informative groups)
+        def sampling_for(batch: int) -> SamplingParams:
+            return SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                                  stop=tuple(r.stop), seed=cfg.seed * 1_000_003 + step * 101 + batch)
+
+        if m.dynamic_sampling:
+            parts, kept, gen_batches = [], 0, 0
+            while kept < r.prompts_per_step and gen_batches < m.max_gen_batches:
+                batch = [train_problems[i] for i in sampler.next(r.prompts_per_step)]
+                res = generate_rollouts(batch, engine, verifier, renderer, pcfg, sampling_for(gen_batches),
+                                        corpus=corpus)
+                keep = dynamic_sampling_keep_groups(res.rewards, res.group_ids)[: r.prompts_per_step - kept]
+                parts.append((batch, res, keep))
+                kept += len(keep)
+                gen_batches += 1
+            problems, plan = merge_plans(parts)
+            plan.metrics["rollout/gen_batches"] = float(gen_batches)
+            plan.metrics["rollout/kept_groups"] = float(kept)
+        else:
+            problems = [train_problems[i] for i in sampler.next(r.prompts_per_step)]
+            plan = generate_rollouts(problems, engine, verifier, renderer, pcfg, sampling_for(0), corpus=corpus)
+        records = plan.records
+        metrics = dict(plan.metrics)
+
+        if records:
+            # -------- 2. old log-probs under the training prompts
+            t0 = time.perf_counter()
+            prompts = [x.train_prompt_ids for x in records]
+            comps = [x.completion_ids for x in records]
+            old_lp = all_completion_logprobs(model, prompts, comps, pad_id, o.micro_batch_tokens)
+            ref_lp = (all_completion_logprobs(ref_model, prompts, comps, pad_id, o.micro_batch_tokens)
+                      if ref_model is not None else None)
+            metrics["time/old_logprobs"] = time.perf_counter() - t0
+            if not all(math.isfinite(v) for row in old_lp for v in row):
+                raise NonFiniteLossError(
+                    f"the policy's log-probs are non-finite at step {step} (the model diverged); nothing was saved "
+                    f"over the last good checkpoint. Lower optim.lr or enable optim.grad_clip."
+                )
+
+            # -------- 3. advantages (Algorithm 1 line 14)
+            compute_advantages(plan, pcfg, token_logprobs=old_lp)
+            metrics.update({k: v for k, v in plan.metrics.items() if k.startswith("adv/")})
+
+            # -------- 4. policy update
+            t0 = time.perf_counter()
+            model.train()
+            adv = torch.tensor(plan.advantages, dtype=torch.float32)
+            upd = _update(model, optimizer, loss_fn, cfg, records, adv, old_lp, ref_lp, pad_id, step)
+            scheduler.step()
+            metrics.update(upd)
+            metrics["time/update"] = time.perf_counter() - t0
+        else:
+            metrics["loss/skipped_empty_batch"] = 1.0
+
+        # -------- 5. corpus update (Algorithm 1 line 15)
+        if corpus is not None:
+            update_corpus(plan, problems, corpus, pcfg, step)
+            metrics["icl/corpus_problems"] = float(len(corpus))
+            metrics["icl/corpus_solutions"] = float(corpus.num_solutions)
+
+        # -------- 6. log / validate / checkpoint
+        metrics["optim/lr"] = scheduler.get_last_lr()[0]
+        metrics["time/step"] = time.perf_counter() - t_step
+        logger.log_step(step, metrics)
+        logger.log_rounds(step, plan.rounds)
+        for k in totals:
+            if k != "alloc/max_extra":
+                totals[k] += metrics.get(k, 0.0)
+        totals["alloc/max_extra"] = max(totals["alloc/max_extra"], metrics.get("alloc/max_extra", 0.0))
+        if cfg.log_samples_every and step % cfg.log_samples_every == 0:
+            logger.log_samples(step, problems, records)
+        if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
+            logger.log_eval(step, validate(step))
+        if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
+            state["totals"] = dict(totals)
+            _save(output, step, model, tokenizer, optimizer, scheduler, corpus, sampler, state, history, cfg)
+
+    # ================================================================ end
+    model.eval()
+    final_step = step
+    after = validate(final_step)
+    logger.log_eval(final_step, after)
+    if not ckpt.list_checkpoints(output) or ckpt.list_checkpoints(output)[-1].name != f"step-{final_step:08d}":
+        state["totals"] = dict(totals)
+        _save(output, final_step, model, tokenizer, optimizer, scheduler, corpus, sampler, state, history, cfg)
+    key = "eval/pass@1"
+    summary = {
+        "method": m.name,
+        "steps": final_step,
+        "heldout_problems": len(heldout),
+        "heldout_samples_per_problem": cfg.eval_samples,
+        "heldout_before": before,
+        "heldout_after": after,
+        "pass@1_before": before.get(key),
+        "pass@1_after": after.get(key),
+        "eval_history": history,
+        "xrpo": {
+            "planned_rounds": int(totals["alloc/rounds"]),
+            "nonuniform_round_share": totals["alloc/nonuniform_rounds"] / max(totals["alloc/rounds"], 1.0),
+            "max_extra": totals["alloc/max_extra"],
+            "seeded_prompts": totals["icl/seeded_prompts"],
+            "flips": totals["icl/flips"],
+            "sharpened": totals["adv/sharpened_count"],
+        },
+        "wall_time_s": time.perf_counter() - t_start,
+        "output": str(output),
+        "final_checkpoint": str(ckpt.list_checkpoints(output)[-1]),
+    }
+    (output / "summary.json").write_text(json.dumps(summary, indent=1))
+    logger.close(summary)
+    return summary
+
+
+def _save(output, step, model, tokenizer, optimizer, scheduler, corpus, sampler, state, history, cfg) -> None:
+    st = {"sampler": sampler.state(), "before": state.get("before", {}), "eval_history": history,
+          "totals": state.get("totals", {})}
+    ckpt.save_checkpoint(output, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
+                         state=st, corpus=corpus, keep_last=cfg.keep_last)
+
+
+def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, ref_lp, pad_id, step) -> dict:
+    """ppo_epochs x mini_batches optimizer steps; each mini-batch accumulates micro-batches bounded by tokens."""
+    m, o = cfg.method, cfg.optim
+    n = len(records)
+    sums: dict[str, float] = {}
+    weight = 0.0
+    grad_norms = []
+    rng = np.random.default_rng([cfg.seed, step, 17])
+    for _ in range(o.ppo_epochs):
+        order = rng.permutation(n) if o.mini_batches > 1 else np.arange(n)
+        for mb in np.array_split(order, o.mini_batches):
+            mb = [int(i) for i in mb]
+            if not mb:
+                continue
+            global_tokens = sum(len(records[i].completion_ids) for i in mb)
+            lengths = [len(records[i].train_prompt_ids) + len(records[i].completion_ids) for i in mb]
+            optimizer.zero_grad(set_to_none=True)
+            for micro in micro_batches(lengths, o.micro_batch_tokens):
+                idx = [mb[j] for j in micro]
+                lp, mask = completion_logprobs(
+                    model, [records[i].train_prompt_ids for i in idx], [records[i].completion_ids for i in idx],
+                    pad_id,
+                )
+                old = _pad([old_lp[i] for i in idx], lp.shape[1])
+                loss, lm = loss_fn(
+                    lp, old, adv[idx], mask, clip_low=m.clip_low, clip_high=m.clip_high, agg_mode=m.loss_agg,
+                    global_tokens=global_tokens, global_seqs=len(mb), max_tokens=cfg.rollout.max_new_tokens,
+                )
+                if ref_lp is not None:
+                    kl = kl_penalty(lp, _pad([ref_lp[i] for i in idx], lp.shape[1]), kind=m.kl_estimator)
+                    kl_loss = aggregate_loss(kl, mask, m.loss_agg, global_tokens=global_tokens,
+                                             global_seqs=len(mb), max_tokens=cfg.rollout.max_new_tokens)
+                    lm["loss/kl"] = float(kl_loss.detach()) * len(mb) / len(idx)
+                    loss = loss + m.kl_coef * kl_loss
+                if not torch.isfinite(loss):
+                    raise NonFiniteLossError(
+                        f"non-finite loss ({float(loss)}) at step {step}; nothing was saved over the last good "
+                        f"checkpoint. Lower optim.lr or check the rewards/log-probs."
+                    )
+                loss.backward()
+                w = float(mask.sum())
+                lm["loss/policy"] = float(loss.detach()) * len(mb) / len(idx)
+                for k, v in lm.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * w
+                weight += w
+            if o.grad_clip > 0:
+                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
+            else:
+                gn = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in model.parameters() if p.grad is not None))
+            if not torch.isfinite(gn):
+                raise NonFiniteLossError(f"non-finite gradient norm at step {step}; nothing was saved")
+            grad_norms.append(float(gn))
+            optimizer.step()
+            # a finite loss can still step the weights to inf/NaN (e.g. a far too large learning rate); stop here,
+            # before the next generation or checkpoint sees them
+            if not all(torch.isfinite(p).all() for p in model.parameters()):
+                raise NonFiniteLossError(
+                    f"non-finite parameters after the optimizer step at step {step}; nothing was saved over the "
+                    f"last good checkpoint. Lower optim.lr or enable optim.grad_clip."
+                )
+    out = {k: v / max(weight, 1.0) for k, v in sums.items()}
+    out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+    out["loss/tokens"] = float(sum(len(x.completion_ids) for x in records))
+    return out
+
+
+def _pad(rows: list[list[float]], T: int) -> torch.Tensor:
+    out = torch.zeros((len(rows), T), dtype=torch.float32)
+    for i, v in enumerate(rows):
+        out[i, : len(v)] = torch.tensor(v, dtype=torch.float32)
+    return out

@@ -1,0 +1,116 @@
+"""Building what the loop needs from a config: model and tokenizer, data, rollout engine, ICL corpus."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from xrpo.data import Problem, load_problems
+from xrpo.trainer.config import TrainConfig
+
+
+def cache_root(cfg: TrainConfig) -> Path:
+    return Path(cfg.model.cache_dir or os.environ.get("XRPO_CACHE") or Path.home() / ".cache" / "xrpo")
+
+
+def load_data(cfg: TrainConfig, log=print) -> tuple[list[Problem], list[Problem]]:
+    d = cfg.data
+    if d.train == "default":
+        from xrpo.data.tasks import make_default_task
+
+        train, heldout = make_default_task(n_train=d.n_train, n_heldout=d.n_heldout, seed=cfg.seed)
+        if d.heldout:
+            heldout = _load(d.heldout, d)[: d.n_heldout]
+    else:
+        train = _load(d.train, d)
+        if not d.heldout:
+            raise ValueError("data.heldout is required when data.train is a file (a held-out split to validate on)")
+        heldout = _load(d.heldout, d)[: d.n_heldout]
+    if not train:
+        raise ValueError(f"data.train {d.train!r} has no problems")
+    if not heldout:
+        raise ValueError(f"data.heldout {d.heldout!r} has no problems")
+    log(f"data: {len(train)} training problems, {len(heldout)} held-out problems")
+    return train, heldout
+
+
+def _load(path: str, d) -> list[Problem]:
+    return load_problems(path, prompt_key=d.prompt_key, answer_key=d.answer_key, id_key=d.id_key)
+
+
+def load_model(cfg: TrainConfig, *, path: str | None = None, log=print):
+    """Returns (model, tokenizer, initial_model_path). ``path`` overrides cfg.model.path (checkpoints, reference)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = path or cfg.model.path
+    if src == "default":
+        from xrpo.trainer.default_model import ensure_default_model
+
+        src = str(ensure_default_model(cache_root(cfg), warmup_steps=cfg.model.warmup_steps, log=log))
+    local = Path(src)
+    if (src.startswith((".", "/", "~")) or os.sep in src and not _looks_like_hub_id(src)) and not local.exists():
+        raise FileNotFoundError(f"model.path {src} does not exist")
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.model.dtype]
+    kw = {"gguf_file": cfg.model.gguf_file} if cfg.model.gguf_file else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src, **kw)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kw)
+    except OSError as e:
+        raise FileNotFoundError(f"model.path {src!r} could not be loaded as a transformers model: {e}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    return model, tokenizer, src
+
+
+def _looks_like_hub_id(s: str) -> bool:
+    parts = s.split("/")
+    return len(parts) == 2 and all(parts) and not s.startswith((".", "/", "~"))
+
+
+def build_engine(cfg: TrainConfig, model, tokenizer):
+    r = cfg.rollout
+    if r.engine == "hf":
+        from xrpo.rollout.hf_engine import HFEngine
+
+        return HFEngine(model, tokenizer, max_batch_size=r.max_batch_size)
+    from xrpo.rollout.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(cfg.model.path, tokenizer=tokenizer, seed=cfg.seed)
+    engine.sync_weights(model)
+    return engine
+
+
+def new_corpus(cfg: TrainConfig):
+    from xrpo.icl import ICLCorpus, get_embedder
+
+    emb = get_embedder(cfg.rollout.embedder)
+    if cfg.rollout.icl_corpus:
+        return ICLCorpus.from_jsonl(cfg.rollout.icl_corpus, emb)
+    return ICLCorpus(emb)
+
+
+def load_corpus(cfg: TrainConfig, path: Path):
+    from xrpo.icl import ICLCorpus, get_embedder
+
+    return ICLCorpus.load(path, get_embedder(cfg.rollout.embedder))
+
+
+def make_renderer(cfg: TrainConfig, tokenizer):
+    """The prompt renderer, with the "auto" choices resolved (see DataConfig.prompt_template, RolloutConfig)."""
+    from xrpo.rollout.prompts import PromptRenderer
+
+    default_model = cfg.model.path == "default"
+    template = cfg.data.prompt_template or ("Q: {prompt}\nA:" if cfg.data.train == "default" else "{prompt}")
+    style = cfg.rollout.icl_style
+    if style == "auto":
+        style = "fewshot" if default_model else "paper"
+    example = cfg.rollout.icl_fewshot_example or template.replace("{prompt}", "{problem}") + "{solution}"
+    return PromptRenderer(
+        tokenizer, use_chat_template=cfg.model.use_chat_template, icl_style=style, prompt_template=template,
+        max_prompt_tokens=cfg.data.max_prompt_tokens, system_prompt=cfg.model.system_prompt,
+        fewshot_example=example,
+    )
