@@ -55,14 +55,18 @@ def make_step_inputs(num_prompts: int, per_prompt: int, T: int, seed: int = 0):
                 round1=round1, round2=round2, rewards=rewards, group_ids=group_ids, logprobs=logprobs, mask=mask)
 
 
-def median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
+def interleaved_medians_ms(fns: dict, repeats: int) -> dict[str, float]:
+    """Median time of each function; the repeats go round-robin over the functions so that a burst of load from
+    another process on this shared machine spreads over all of them instead of inflating one."""
+    for fn in fns.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) * 1e3 for name, v in times.items()}
 
 
 def time_components(inp: dict, backend: str, repeats: int, alloc_mode: str = "proportional") -> dict[str, float]:
@@ -79,13 +83,13 @@ def time_components(inp: dict, backend: str, repeats: int, alloc_mode: str = "pr
         allocate_round(inp["round1"], inp["budgets"][0], mode=alloc_mode)
         allocate_round(inp["round2"], inp["budgets"][1], mode=alloc_mode)
 
-    out = {
-        "planning": median_ms(planning, repeats),
-        "group_advantages": median_ms(lambda: group_advantages(rewards, gids), repeats),
-        "length_normalized_loglik": median_ms(lambda: length_normalized_loglik(logprobs, mask), repeats),
-        "novelty": median_ms(lambda: novelty(scores, gids), repeats),
-        "sharpen_advantages": median_ms(lambda: sharpen_advantages(adv, rewards, scores, gids), repeats),
-    }
+    out = interleaved_medians_ms({
+        "planning": planning,
+        "group_advantages": lambda: group_advantages(rewards, gids),
+        "length_normalized_loglik": lambda: length_normalized_loglik(logprobs, mask),
+        "novelty": lambda: novelty(scores, gids),
+        "sharpen_advantages": lambda: sharpen_advantages(adv, rewards, scores, gids),
+    }, repeats)
     out["step"] = out["planning"] + out["group_advantages"] + out["length_normalized_loglik"] + out[
         "sharpen_advantages"]
     out["step w/o (B,T)"] = out["step"] - out["length_normalized_loglik"]
@@ -105,7 +109,8 @@ def main() -> None:
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
           f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}; "
-          f"T = {T} tokens; median of {repeats} repeats; times in ms\n")
+          f"T = {T} tokens; median of {repeats} interleaved repeats; times in ms; "
+          f"load average at start {os.getloadavg()[0]:.2f}\n")
 
     cols = ["planning", "group_advantages", "length_normalized_loglik", "novelty", "sharpen_advantages", "step",
             "step w/o (B,T)"]
@@ -129,6 +134,7 @@ def main() -> None:
         n = q * g
         print(f"| {n:,} ({q} x {g}) | {r['step']:.2f} | {1e3 * r['step'] / n:.3f} | {r['step w/o (B,T)']:.2f} | "
               f"{1e3 * r['step w/o (B,T)'] / n:.3f} |")
+    print(f"\nload average at end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

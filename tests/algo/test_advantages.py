@@ -134,6 +134,26 @@ def test_group_advantages_types_and_dtypes():
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize(
+    "ids",
+    [
+        np.array([127, -128, 127, -128, 0], dtype=np.int8),  # full int8 range: offsets must not wrap
+        np.array([2**62, -(2**62), 5, 2**62, 5], dtype=np.int64),  # sparse ids: the np.unique path
+        np.array([2**63, 3, 2**63, 3, 7], dtype=np.uint64),
+        np.array([4, 4, 4, 4, 4], dtype=np.int16),
+    ],
+)
+def test_group_ids_of_any_integer_dtype_and_range(backend, ids):
+    if backend == "torch" and ids.dtype == np.uint64:
+        pytest.skip("torch has no usable uint64 unique")
+    r = np.array([1.0, 0.0, 0.0, 0.0, 1.0])
+    s = np.array([-1.0, -2.0, -0.5, -0.7, -3.0])
+    got = group_advantages(as_backend(r, backend), as_backend(ids, backend))
+    assert_allclose(to_np(got), ref_group_advantages(r, ids), rtol=1e-12)
+    assert_allclose(to_np(novelty(as_backend(s, backend), as_backend(ids, backend))), ref_novelty(s, ids), rtol=1e-13)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize(
     "rewards, group_ids, kwargs, match",
     [
         ([1.0, np.nan], [0, 0], {}, r"rewards must be finite.*index 1"),

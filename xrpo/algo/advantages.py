@@ -107,10 +107,21 @@ class _GroupsNp:
     def __init__(self, group_ids, n: int):
         g = _np_1d(group_ids, "group_ids", n)
         _check_ids_dtype(np.issubdtype(g.dtype, np.integer), g.dtype)
-        _, self.first, inv = np.unique(g, return_index=True, return_inverse=True)
-        self.inv = inv.reshape(-1)
-        self.size = self.first.shape[0]
-        self.counts = np.bincount(self.inv, minlength=self.size)
+        lo = int(g.min()) if n else 0
+        if n and int(g.max()) - lo < 2 * n + 65536:
+            # ids in a compact range (the usual case): a bincount over the range replaces np.unique's sort, ~10x faster
+            # (unsigned: g - min cannot wrap; signed: widen first so that, e.g., int8 127 - (-128) does not wrap)
+            wide = g if np.issubdtype(g.dtype, np.unsignedinteger) else g.astype(np.int64, copy=False)
+            off = (wide - wide.dtype.type(lo)).astype(np.intp, copy=False)
+            present = np.bincount(off) > 0
+            self.inv = (np.cumsum(present) - 1).take(off)
+        else:
+            self.inv = np.unique(g, return_inverse=True)[1].reshape(-1)
+        self.counts = np.bincount(self.inv)
+        self.size = self.counts.shape[0]
+        # first member of each group: the shift of deviation()
+        self.first = np.full(self.size, n, dtype=np.intp)
+        np.minimum.at(self.first, self.inv, np.arange(n))
 
     def spread(self, v: np.ndarray) -> np.ndarray:
         """(G,) per-group values -> (N,) per-rollout values."""
@@ -242,7 +253,8 @@ def length_normalized_loglik(token_logprobs, mask):
         mask: shape (B, T), bool or 0/1, 1 on the completion's tokens. bool is fastest.
 
     Returns:
-        s, shape (B,), same array type as ``token_logprobs`` (torch: same dtype/device; float64 accumulation).
+        s, shape (B,), same array type as ``token_logprobs`` (torch: same dtype/device). Sums accumulate in float64
+        for float64 input, else in float32.
     """
     if _is_tensor(token_logprobs):
         return _length_normalized_loglik_torch(token_logprobs, mask)
@@ -279,8 +291,16 @@ def _length_normalized_loglik_np(lp: np.ndarray, m: np.ndarray) -> np.ndarray:
             f"mask row {row} has no token: s(y) of Eq. (4) is undefined for an empty completion "
             "(the EOS token counts as a token)"
         )
-    # Eq. (4): s(y) = (1/|y|) * sum_t log pi_theta(y_t | x, y_<t), summed in one pass over the unmasked tokens only
-    sums = np.add.reduce(lp, axis=1, where=m, dtype=np.float64, initial=0.0)
+    # Eq. (4): s(y) = (1/|y|) * sum_t log pi_theta(y_t | x, y_<t)
+    if lp.dtype in (np.float32, np.float64):
+        # sum_t lp * mask as one fused multiply-add pass: ~1.6x faster than a where= reduction on this memory-bound
+        # (B, T) scan; accumulates in the input's precision (~6e-7 relative for float32 at T = 2048)
+        sums = np.einsum("ij,ij->i", lp, m)
+        bad = ~np.isfinite(sums)
+        if bad.any():  # NaN/inf under the mask poisons a product; redo those rows skipping masked-out tokens
+            sums[bad] = np.add.reduce(lp[bad], axis=1, where=m[bad], dtype=lp.dtype)
+    else:
+        sums = np.add.reduce(lp, axis=1, where=m, dtype=np.float32)
     if not np.isfinite(sums).all():
         _raise_bad_token(np.isfinite(lp), m)
     return (sums / counts).astype(lp.dtype, copy=False)
@@ -322,7 +342,7 @@ def _length_normalized_loglik_torch(token_logprobs, mask):
             f"mask row {row} has no token: s(y) of Eq. (4) is undefined for an empty completion "
             "(the EOS token counts as a token)"
         )
-    acc = _compute_dtype_torch(lp.device)
+    acc = torch.float64 if lp.dtype == torch.float64 else torch.float32
     # Eq. (4): s(y) = (1/|y|) * sum_t log pi_theta(y_t | x, y_<t)
     sums = torch.where(m, lp, 0.0).sum(dim=-1, dtype=acc)
     if not bool(torch.isfinite(sums).all()):
@@ -419,26 +439,36 @@ def sharpen_advantages(advantages, rewards, scores, group_ids, *, lam_nov: float
     for x, name in ((a, "advantages"), (r, "rewards"), (s, "scores")):
         _check_finite_np(x, name)
     groups = _GroupsNp(group_ids, n)
-    a64 = a.astype(np.float64)
-    x = s.astype(np.float64)
+    a64 = a.astype(np.float64, copy=False)
     # Eq. (5): eta_i = exp(s(y_i) - s_bar)
-    eta = np.exp(groups.deviation(x))
-    # Eq. (6): A_i^+ = A_i + min{max{lam_nov (1 - eta_i), 0}, kappa_clip A_i}   (full-reward rollouts only)
-    # (lam * max(1 - eta, 0) equals max(lam (1 - eta), 0) for lam >= 0, and stays 0, not NaN, if lam = 0, eta = inf)
-    bonus = np.minimum(lam * np.maximum(1.0 - eta, 0.0), kappa * a64)
+    eta = groups.deviation(s.astype(np.float64, copy=False))
+    np.exp(eta, out=eta)
     eligible = r >= full
+    # Eq. (6): A_i^+ = A_i + min{max{lam_nov (1 - eta_i), 0}, kappa_clip A_i}   (full-reward rollouts only)
+    # (lam * max(1 - eta, 0) equals max(lam (1 - eta), 0) for lam >= 0, and stays 0, not NaN, if lam = 0, eta = inf;
+    # computed in place: fresh (N,) temporaries cost more than the arithmetic here)
+    bonus = np.subtract(1.0, eta)
+    np.maximum(bonus, 0.0, out=bonus)
+    bonus *= lam
+    kappa_a = np.multiply(a64, kappa)
+    np.minimum(bonus, kappa_a, out=bonus)
     bonus *= eligible  # no bonus (exactly +0.0, so A_i + 0 = A_i) below full reward
-    out = (a64 + bonus).astype(_out_dtype_np(a), copy=False)
-    pos = bonus > 0
-    n_elig = int(eligible.sum())
-    n_pos = int(pos.sum())
+    out = np.add(a64, bonus, out=kappa_a).astype(_out_dtype_np(a), copy=False)
+    # metrics without masked reductions (where= / boolean indexing are ~20x slower than these on random masks)
+    n_elig = int(np.count_nonzero(eligible))
+    n_pos = int(np.count_nonzero(bonus > 0))
+    n_neg = int(np.count_nonzero(bonus < 0))
+    max_bonus = 0.0
+    if n_elig:
+        # ineligible rollouts hold bonus 0, so the overall max is the eligible max unless every eligible one is < 0
+        max_bonus = float(bonus.max()) if n_neg < n_elig else float(bonus[eligible].max())
     metrics = {
         "adv/sharpen_eligible": float(n_elig),
         "adv/sharpened_count": float(n_pos),
-        "adv/negative_bonus_count": float((bonus < 0).sum()),
-        "adv/mean_bonus": float(bonus[pos].mean()) if n_pos else 0.0,
-        "adv/max_bonus": float(bonus[eligible].max()) if n_elig else 0.0,
-        "adv/mean_novelty": float(eta[eligible].mean()) if n_elig else 1.0,
+        "adv/negative_bonus_count": float(n_neg),
+        "adv/mean_bonus": float(np.maximum(bonus, 0.0).sum() / n_pos) if n_pos else 0.0,
+        "adv/max_bonus": max_bonus,
+        "adv/mean_novelty": float(np.dot(eta, eligible.astype(np.float64)) / n_elig) if n_elig else 1.0,
     }
     return out, metrics
 
