@@ -162,6 +162,11 @@ class OptimConfig:
     micro_batch_tokens: int = 8192
     """Token budget (padded rows x length) of one forward/backward micro-batch; bounds memory whatever the group
     sizes."""
+    old_logprobs: str = "auto"
+    """Where the old log-probs of the PPO ratio come from: "recompute" (a forward pass of the training model before
+    the update, as verl does), "reuse" (the engine's sampling log-probs wherever a rollout is trained under the prompt
+    it was sampled from; ICL-seeded rollouts trained under the original prompt are always recomputed), or "auto"
+    (reuse with the hf engine, whose log-probs come from the training model itself; recompute with vllm)."""
     ppo_epochs: int = 1
     """Passes over each step's rollouts."""
     mini_batches: int = 1
@@ -192,6 +197,10 @@ class TrainConfig:
     """Checkpoints kept (older ones are deleted)."""
     log_samples_every: int = 25
     """Print a table of sample completions every N steps (0 disables)."""
+    threads: int | None = None
+    """torch CPU threads (None: 1 for the built-in tiny model, whose matrices are too small to split and which ran
+    6-8x slower on 2 threads when anything else used a core; torch's default otherwise). Saved with the run, so a
+    resumed run uses the same count: bit-exact resume needs it, since float sums depend on the thread split."""
     tensorboard: bool = True
     """Write TensorBoard logs when tensorboard is installed."""
     progress: bool = True
@@ -237,6 +246,8 @@ class TrainConfig:
                r.icl_train_prompt)
         _check(o.lr > 0, "optim.lr", "must be > 0", o.lr)
         _check(o.schedule in ("constant", "cosine"), "optim.schedule", "must be constant or cosine", o.schedule)
+        _check(o.old_logprobs in ("auto", "recompute", "reuse"), "optim.old_logprobs",
+               "must be auto, recompute or reuse", o.old_logprobs)
         _check(o.ppo_epochs >= 1, "optim.ppo_epochs", "must be >= 1", o.ppo_epochs)
         _check(o.mini_batches >= 1, "optim.mini_batches", "must be >= 1", o.mini_batches)
         _check(o.micro_batch_tokens >= 1, "optim.micro_batch_tokens", "must be >= 1", o.micro_batch_tokens)
@@ -245,6 +256,7 @@ class TrainConfig:
         _check(self.eval_samples >= 1, "eval_samples", "must be >= 1", self.eval_samples)
         _check(all(1 <= k <= self.eval_samples for k in self.eval_k), "eval_k",
                f"every k must be in [1, eval_samples={self.eval_samples}]", self.eval_k)
+        _check(self.threads is None or self.threads >= 1, "threads", "must be >= 1", self.threads)
         _check(self.keep_last >= 1, "keep_last", "must be >= 1", self.keep_last)
         _check(self.model.dtype in ("float32", "bfloat16"), "model.dtype", "must be float32 or bfloat16",
                self.model.dtype)

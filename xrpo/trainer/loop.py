@@ -14,9 +14,12 @@
 
 Old log-probs and the engine's sampling log-probs: the engine returns log pi(y_t) at temperature 1 under the prompt the
 rollout was *generated* from. The loss needs log pi_old(y_t) under the prompt it is *trained* on; for an ICL-seeded
-rollout trained under the original prompt these differ, so the trainer recomputes all old log-probs with the training
-model before the update (verl does the same: `compute_log_prob` before `update_actor`). With one epoch and one
-mini-batch the ratio is then exactly 1 and the clip never binds (on-policy GRPO); the clip matters for later
+rollout trained under the original prompt these differ, so those are always recomputed with the training model. For
+the others, `optim.old_logprobs` decides: the hf engine samples with the training model itself, so its log-probs are
+reused ("auto"; equal to a forward pass within 1e-5, tested); vLLM's numerics differ from the trainer's, so they are
+recomputed before the update, as verl does (`compute_log_prob` before `update_actor`). With one epoch and one
+mini-batch the ratio is then 1 (up to float rounding where log-probs are reused) and the clip
+never binds (on-policy GRPO); the clip matters for later
 mini-batches/epochs and for GSPO. Sharpening's s(y) (Eq. 4) also uses these recomputed log-probs, so novelty is
 measured under the prompt the advantage is applied to.
 
@@ -137,6 +140,9 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
         cfg.output = str(output)
         (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     m, r, o = cfg.method, cfg.rollout, cfg.optim
+    threads = cfg.threads or (1 if cfg.model.path == "default" else None)
+    if threads:
+        torch.set_num_threads(threads)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -163,6 +169,8 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
         corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
     engine = build_engine(cfg, model, tokenizer)
     pcfg = plan_config(cfg)
+    # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs
+    reuse_lp = o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and r.engine == "hf")
     loss_fn = get_policy_loss(m.policy_loss)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
@@ -246,7 +254,14 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
             t0 = time.perf_counter()
             prompts = [x.train_prompt_ids for x in records]
             comps = [x.completion_ids for x in records]
-            old_lp = all_completion_logprobs(model, prompts, comps, pad_id, o.micro_batch_tokens)
+            old_lp = [list(x.logprobs) for x in records]
+            redo = [i for i, x in enumerate(records) if not reuse_lp or x.train_prompt_ids != x.gen_prompt_ids]
+            if redo:
+                fresh = all_completion_logprobs(model, [prompts[i] for i in redo], [comps[i] for i in redo], pad_id,
+                                                o.micro_batch_tokens)
+                for i, v in zip(redo, fresh):
+                    old_lp[i] = v
+            metrics["loss/recomputed_old_logprobs"] = float(len(redo))
             ref_lp = (all_completion_logprobs(ref_model, prompts, comps, pad_id, o.micro_batch_tokens)
                       if ref_model is not None else None)
             metrics["time/old_logprobs"] = time.perf_counter() - t0
