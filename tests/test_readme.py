@@ -1,0 +1,53 @@
+"""The README's set-up commands are what CI runs and what a new user types: check they stay true."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def bash_blocks(text: str) -> list[str]:
+    return [b.strip() for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S)]
+
+
+def test_exactly_two_setup_commands_and_ci_runs_the_test_one():
+    setup = [b for b in bash_blocks(README) if b.startswith("python3 -m venv .venv")]
+    assert len(setup) == 2, setup
+    run_cmd, test_cmd = setup
+    assert run_cmd.endswith("&& xrpo train")
+    assert test_cmd.endswith("&& python -m pytest")
+    for cmd in setup:
+        # keeps pip on the CPU build that lies on this machine's disk (see DEVELOPERS.md)
+        assert "pip install torch==2.13.0 " in cmd
+    # .ci/run extracts the block after the marker; check it gets exactly the test command
+    out = subprocess.run(
+        ["awk", r"/<!-- test-command -->/{f=1;next} f&&/^```bash/{g=1;next} g&&/^```/{exit} g{print}",
+         str(ROOT / "README.md")], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == test_cmd
+    assert "awk '/<!-- test-command -->/" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_cli_help_lists_every_config_field():
+    from xrpo.trainer.config import SECTIONS, TrainConfig
+    from dataclasses import fields
+
+    top = subprocess.run([sys.executable, "-m", "xrpo.cli", "--help"], capture_output=True, text=True, check=True)
+    assert "train" in top.stdout
+    res = subprocess.run([sys.executable, "-m", "xrpo.cli", "train", "--help"], capture_output=True, text=True,
+                         check=True)
+    for cls in [TrainConfig, *SECTIONS.values()]:
+        for f in fields(cls):
+            if f.name not in SECTIONS:
+                assert f.name in res.stdout, f.name
+
+
+def test_the_default_job_config_is_valid_and_is_xrpo():
+    from xrpo.trainer.config import build_config
+
+    cfg = build_config(None, [])  # what `xrpo train` with no arguments runs
+    assert cfg.method.name == "xrpo" and cfg.model.path == "default" and cfg.data.train == "default"
+    assert cfg.method.icl and cfg.method.sharpen and cfg.method.allocation == "hrp"
