@@ -9,7 +9,19 @@ import pytest
 import torch
 from numpy.testing import assert_allclose, assert_array_equal
 
+import xrpo.algo.advantages as advantages_module
 from xrpo.algo.advantages import group_advantages, length_normalized_loglik, novelty, sharpen_advantages
+
+# "torch": tensors as users pass them (CPU tensors are served by the numpy code on zero-copy views);
+# "torch_native": the torch code itself, which accelerator tensors take, run here on CPU
+BACKENDS = ["numpy", "torch", "torch_native"]
+
+
+@pytest.fixture(autouse=True)
+def _torch_code_on_cpu(request, monkeypatch):
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("backend") == "torch_native":
+        monkeypatch.setattr(advantages_module, "_CPU_TENSORS_VIA_NUMPY", False)
 
 # ---------------------------------------------------------------------------------------------------------------
 # slow reference twins: one group / row / rollout at a time
@@ -91,7 +103,7 @@ HAND_R = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
 HAND_G = [5, 5, 2, 9, 5, 2, 5, 9]
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_group_advantages_hand(backend):
     r, g = as_backend(HAND_R, backend, np.float64), as_backend(HAND_G, backend)
     # eps = 0: A = dev / sigma = [.5, -1.5, 0, .7071, .5, 0, .5, -.7071]
@@ -104,7 +116,7 @@ def test_group_advantages_hand(backend):
     assert_allclose(to_np(group_advantages(r, g, scale="none")), [0.25, -0.75, 0, 0.5, 0.25, 0, 0.25, -0.5])
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_group_advantages_all_equal_and_singletons_are_exactly_zero(backend):
     # 0.1 is not a dyadic number: a naive mean gives 0.1 + 1e-17 and A ~ 1e-11 with eps=1e-6; here it is exactly 0
     r = as_backend([0.1, 0.1, 0.1, 0.7, 0.3], backend, np.float64)
@@ -132,7 +144,7 @@ def test_group_advantages_types_and_dtypes():
     assert group_advantages(np.zeros(0), np.zeros(0, dtype=int)).shape == (0,)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "ids",
     [
@@ -143,7 +155,7 @@ def test_group_advantages_types_and_dtypes():
     ],
 )
 def test_group_ids_of_any_integer_dtype_and_range(backend, ids):
-    if backend == "torch" and ids.dtype == np.uint64:
+    if backend == "torch_native" and ids.dtype == np.uint64:
         pytest.skip("torch has no usable uint64 unique")
     r = np.array([1.0, 0.0, 0.0, 0.0, 1.0])
     s = np.array([-1.0, -2.0, -0.5, -0.7, -3.0])
@@ -152,7 +164,7 @@ def test_group_ids_of_any_integer_dtype_and_range(backend, ids):
     assert_allclose(to_np(novelty(as_backend(s, backend), as_backend(ids, backend))), ref_novelty(s, ids), rtol=1e-13)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "rewards, group_ids, kwargs, match",
     [
@@ -171,8 +183,8 @@ def test_group_advantages_bad_input(backend, rewards, group_ids, kwargs, match):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("backend, dtype, rtol", [("numpy", np.float64, 1e-12), ("torch", np.float64, 1e-12),
-                                                   ("numpy", np.float32, 1e-6), ("torch", np.float32, 1e-6)])
+@pytest.mark.parametrize("backend, dtype, rtol", [(b, dt, tol) for dt, tol in ((np.float64, 1e-12), (np.float32, 1e-6))
+                                                   for b in BACKENDS])
 def test_group_advantages_matches_reference(seed, backend, dtype, rtol):
     rng = np.random.default_rng(seed)
     g = random_groups(rng, int(rng.integers(1, 40)))
@@ -190,7 +202,7 @@ def test_group_advantages_matches_reference(seed, backend, dtype, rtol):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_length_normalized_loglik_hand(backend):
     lp = [
         [-1.0, -2.0, -3.0, 0.0],  # 3 tokens: (-1 - 2 - 3) / 3 = -2
@@ -232,7 +244,7 @@ def test_length_normalized_loglik_types_and_torch_paths():
     assert_allclose(bf.float().numpy(), want, rtol=1e-2)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch", "torch_grad"])
+@pytest.mark.parametrize("backend", BACKENDS + ["torch_grad"])
 def test_length_normalized_loglik_bad_input(backend):
     def run(lp, mask):
         lp = np.asarray(lp, float)
@@ -259,7 +271,7 @@ def test_length_normalized_loglik_bad_input(backend):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("backend", ["numpy", "torch", "torch_grad"])
+@pytest.mark.parametrize("backend", BACKENDS + ["torch_grad"])
 def test_length_normalized_loglik_matches_reference(seed, backend):
     rng = np.random.default_rng(seed)
     B, T = int(rng.integers(1, 30)), int(rng.integers(1, 70))
@@ -281,7 +293,7 @@ def test_length_normalized_loglik_matches_reference(seed, backend):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_novelty_hand(backend):
     # group 7: scores [-1, -2, -3], mean -2 -> eta = [e^1, e^0, e^-1] = [2.7182818285, 1, 0.3678794412]
     # group 3: one rollout -> eta = 1; group 4: equal scores (-0.1) -> eta = 1 exactly
@@ -293,7 +305,7 @@ def test_novelty_hand(backend):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_novelty_matches_reference(seed, backend):
     rng = np.random.default_rng(seed)
     g = random_groups(rng, int(rng.integers(1, 40)))
@@ -302,7 +314,7 @@ def test_novelty_matches_reference(seed, backend):
     assert_allclose(got, ref_novelty(s, g), rtol=1e-13)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_novelty_bad_input(backend):
     with pytest.raises(ValueError, match=r"scores must be finite.*index 0"):
         novelty(as_backend([np.nan, 1.0], backend, np.float64), as_backend([0, 0], backend))
@@ -323,7 +335,7 @@ SH_G = [0, 0, 0, 0]
 SQ3_2 = math.sqrt(3) / 2
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sharpen_hand(backend):
     r, s, g = (as_backend(x, backend, dt) for x, dt in ((SH_R, np.float64), (SH_S, np.float64), (SH_G, None)))
     a = group_advantages(r, g, eps=0.0)
@@ -350,7 +362,7 @@ def test_sharpen_hand(backend):
         assert m["adv/sharpened_count"] == 0.0 and m["adv/mean_bonus"] == 0.0
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sharpen_edge_cases(backend):
     def run(a, r, s, g, **kw):
         out, m = sharpen_advantages(*(as_backend(x, backend, np.float64) for x in (a, r, s)),
@@ -383,7 +395,7 @@ def test_sharpen_edge_cases(backend):
     assert out[0] == pytest.approx(0.75)  # kappa A = .25 < 2.5 (1 - e^-.5) = .9837 -> .5 + .25
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sharpen_overflowing_novelty_stays_finite(backend):
     # scores 2000 nats apart: eta_0 = exp(1000) = inf. With lam_nov = 0 a literal lam * (1 - eta) = 0 * -inf = NaN;
     # the bonus must stay 0 (and with lam_nov > 0 it is max(-inf, 0) = 0 as well)
@@ -409,7 +421,7 @@ def test_sharpen_keeps_torch_dtype_and_mixed_inputs():
         assert m[k] == pytest.approx(m_np[k], rel=1e-12)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "kwargs, match",
     [
@@ -433,8 +445,8 @@ def test_sharpen_bad_input(backend, kwargs, match):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("backend, dtype, rtol", [("numpy", np.float64, 1e-12), ("torch", np.float64, 1e-12),
-                                                   ("torch", np.float32, 1e-6)])
+@pytest.mark.parametrize("backend, dtype, rtol", [(b, dt, tol) for dt, tol in ((np.float64, 1e-12), (np.float32, 1e-6))
+                                                   for b in BACKENDS])
 def test_sharpen_matches_reference(seed, backend, dtype, rtol):
     rng = np.random.default_rng(seed)
     g = random_groups(rng, int(rng.integers(1, 40)))
@@ -450,3 +462,33 @@ def test_sharpen_matches_reference(seed, backend, dtype, rtol):
     bonus = want - a.astype(dtype).astype(float)
     assert m["adv/sharpened_count"] == float(np.sum(bonus > 1e-12))
     assert m["adv/sharpen_eligible"] == float(np.sum(r >= 1.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cpu_tensor_routes_agree(monkeypatch, dtype):
+    # CPU tensors take the numpy code on zero-copy views; the torch code (what CUDA tensors run) must agree with it
+    rng = np.random.default_rng(7)
+    g = torch.from_numpy(random_groups(rng, 25))
+    n = len(g)
+    r = torch.from_numpy((rng.random(n) < 0.5).astype(np.float64)).to(dtype)
+    lp = torch.from_numpy(np.log(rng.random((n, 17)))).to(dtype)
+    mask = torch.from_numpy(rng.random((n, 17)) < 0.8)
+    mask[:, 0] = True
+
+    def run():
+        a = group_advantages(r, g)
+        s = length_normalized_loglik(lp, mask)
+        out, m = sharpen_advantages(a, r, s, g, lam_nov=3.0, kappa_clip=0.8)
+        return [a, s, novelty(s, g), out], m
+
+    via_numpy, m1 = run()
+    monkeypatch.setattr(advantages_module, "_CPU_TENSORS_VIA_NUMPY", False)
+    native, m2 = run()
+    rtol = 1e-12 if dtype == torch.float64 else 1e-6
+    for x, y in zip(via_numpy, native):
+        assert isinstance(x, torch.Tensor) and x.dtype == dtype and y.dtype == dtype
+        assert_allclose(x.numpy(), y.numpy(), rtol=rtol, atol=rtol * 1e-3)
+    assert m1.keys() == m2.keys()
+    for k in m1:
+        assert m1[k] == pytest.approx(m2[k], rel=rtol)
+    assert m1["adv/sharpened_count"] > 0

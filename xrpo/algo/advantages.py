@@ -36,6 +36,32 @@ def _is_tensor(x) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+# CPU tensors run through the numpy code on zero-copy views (results come back as tensors of the input's dtype):
+# at these sizes torch's CPU kernels are 2-3x slower, and being OpenMP-parallel they stall for a scheduler quantum
+# per op (measured: torch.exp on 16k floats, 0.02 ms -> 11 ms) when another process holds one of the cores.
+# Accelerator tensors, tensors that require grad and bfloat16 use the torch code. Tests switch this off to run the
+# torch code on CPU.
+_CPU_TENSORS_VIA_NUMPY = True
+
+
+def _numpy_view(t) -> np.ndarray | None:
+    """A zero-copy numpy view of a tensor that the numpy code can serve, else None."""
+    import torch
+
+    if (
+        not _CPU_TENSORS_VIA_NUMPY
+        or t.device.type != "cpu"
+        or t.requires_grad
+        or t.dtype in (torch.bfloat16, torch.bool)
+        or t.is_complex()
+    ):
+        return None
+    try:
+        return t.numpy()
+    except (RuntimeError, TypeError):  # conjugate / negative views, exotic dtypes
+        return None
+
+
 def _compute_dtype_torch(device):
     import torch
 
@@ -144,7 +170,15 @@ class _GroupsTorch:
 
         g = _torch_1d(group_ids, "group_ids", device, n)
         _check_ids_dtype(not torch.is_floating_point(g), g.dtype)
-        _, self.inv, self.counts = torch.unique(g, sorted=True, return_inverse=True, return_counts=True)
+        lo, hi = (int(v) for v in torch.stack([g.min(), g.max()]).tolist()) if n else (0, 0)
+        if n and hi - lo < 2 * n + 65536:
+            # ids in a compact range (the usual case): bincount over the range, ~5x faster than torch.unique's sort
+            off = g.to(torch.long) - lo
+            present = torch.bincount(off) > 0
+            self.inv = torch.index_select(torch.cumsum(present, 0) - 1, 0, off)
+            self.counts = torch.bincount(self.inv)
+        else:
+            _, self.inv, self.counts = torch.unique(g, sorted=True, return_inverse=True, return_counts=True)
         self.size = self.counts.shape[0]
         # first member of each group (deterministic, unlike a plain scatter)
         self.first = torch.full((self.size,), n, dtype=torch.long, device=device).scatter_reduce_(
@@ -197,7 +231,20 @@ def group_advantages(rewards, group_ids, *, scale: str = "std", eps: float = 1e-
     if not np.isfinite(eps) or eps < 0:
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
     if _is_tensor(rewards):
-        return _group_advantages_torch(rewards, group_ids, scale, eps)
+        view = _numpy_view(rewards)
+        if view is None:
+            return _group_advantages_torch(rewards, group_ids, scale, eps)
+        return _from_numpy_like(_group_advantages_np(view, group_ids, scale, eps), rewards)
+    return _group_advantages_np(rewards, group_ids, scale, eps)
+
+
+def _from_numpy_like(out: np.ndarray, like):
+    import torch
+
+    return torch.from_numpy(out).to(_out_dtype_torch(like))
+
+
+def _group_advantages_np(rewards, group_ids, scale: str, eps: float) -> np.ndarray:
     r = _np_1d(rewards, "rewards")
     _check_finite_np(r, "rewards")
     groups = _GroupsNp(group_ids, r.shape[0])
@@ -322,14 +369,10 @@ def _length_normalized_loglik_torch(token_logprobs, mask):
     _check_ll_shapes(lp.shape, m.shape)
     if not torch.is_floating_point(lp):
         raise ValueError(f"token_logprobs must be a floating tensor, got dtype {lp.dtype}")
-    if (
-        lp.device.type == "cpu"
-        and m.device.type == "cpu"
-        and lp.dtype in (torch.float16, torch.float32, torch.float64)
-        and not lp.requires_grad
-    ):
-        # torch's CPU masked reductions are 3-5x slower than numpy's where= reduction on a zero-copy view
-        return torch.from_numpy(_length_normalized_loglik_np(lp.numpy(), m.detach().numpy()))
+    view = _numpy_view(lp) if m.device.type == "cpu" else None
+    if view is not None:
+        # torch's CPU masked reductions are 3-5x slower than numpy's fused scan on a zero-copy view
+        return torch.from_numpy(_length_normalized_loglik_np(view, m.detach().numpy()))
     m = m.to(lp.device)
     if m.dtype != torch.bool:
         if m.is_complex() or not bool(((m == 0) | (m == 1)).all()):
@@ -372,12 +415,19 @@ def novelty(scores, group_ids):
     if _is_tensor(scores):
         import torch
 
+        view = _numpy_view(scores)
+        if view is not None:
+            return _from_numpy_like(_novelty_np(view, group_ids), scores)
         s = _torch_1d(scores, "scores", scores.device)
         _check_finite_torch(s, "scores")
         groups = _GroupsTorch(group_ids, s.shape[0], s.device)
         x = s.to(_compute_dtype_torch(s.device))
         # Eq. (5): eta_i = exp(s(y_i) - s_bar)
         return torch.exp(groups.deviation(x)).to(_out_dtype_torch(scores))
+    return _novelty_np(scores, group_ids)
+
+
+def _novelty_np(scores, group_ids) -> np.ndarray:
     s = _np_1d(scores, "scores")
     _check_finite_np(s, "scores")
     groups = _GroupsNp(group_ids, s.shape[0])
@@ -431,7 +481,15 @@ def sharpen_advantages(advantages, rewards, scores, group_ids, *, lam_nov: float
     """
     lam, kappa, full = _check_sharpen_knobs(lam_nov, kappa_clip, full_reward)
     if _is_tensor(advantages):
-        return _sharpen_torch(advantages, rewards, scores, group_ids, lam, kappa, full)
+        view = _numpy_view(advantages)
+        if view is None:
+            return _sharpen_torch(advantages, rewards, scores, group_ids, lam, kappa, full)
+        out, metrics = _sharpen_np(view, rewards, scores, group_ids, lam, kappa, full)
+        return _from_numpy_like(out, advantages), metrics
+    return _sharpen_np(advantages, rewards, scores, group_ids, lam, kappa, full)
+
+
+def _sharpen_np(advantages, rewards, scores, group_ids, lam: float, kappa: float, full: float):
     a = _np_1d(advantages, "advantages")
     n = a.shape[0]
     r = _np_1d(rewards, "rewards", n)
@@ -468,7 +526,8 @@ def sharpen_advantages(advantages, rewards, scores, group_ids, *, lam_nov: float
         "adv/negative_bonus_count": float(n_neg),
         "adv/mean_bonus": float(np.maximum(bonus, 0.0).sum() / n_pos) if n_pos else 0.0,
         "adv/max_bonus": max_bonus,
-        "adv/mean_novelty": float(np.dot(eta, eligible.astype(np.float64)) / n_elig) if n_elig else 1.0,
+        # (not np.dot: a threaded BLAS call stalls for milliseconds when another process holds a core)
+        "adv/mean_novelty": float(np.sum(eta * eligible) / n_elig) if n_elig else 1.0,
     }
     return out, metrics
 
