@@ -213,7 +213,7 @@ def _prompt_stats(rewards_by_prompt: Sequence) -> tuple[np.ndarray, np.ndarray]:
     arrays = []
     lengths = []
     for q, r in enumerate(rewards_by_prompt):
-        if type(r) is np.ndarray and r.dtype == np.float64:  # the common case, ~4x faster per prompt
+        if type(r) is np.ndarray and r.dtype == np.float64:  # the common case, ~2x faster per prompt
             a = r
         else:
             if hasattr(r, "detach"):
