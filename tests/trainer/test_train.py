@@ -139,3 +139,25 @@ def test_nan_reward_from_a_user_verifier_is_reported(trainer_env, tmp_path):
     ov = trainer_env["overrides"](tmp_path / "nanr", "grpo") + ["data.verifier=nan_verifier:verify"]
     with pytest.raises(ValueError, match="rewards"):
         train(build_config(None, ov), log=quiet)
+
+
+def test_engine_gets_the_updated_weights_every_step(trainer_env, tmp_path, monkeypatch):
+    import xrpo.trainer.loop as loop
+
+    calls = []
+    real_build = loop.build_engine
+
+    def counting_build(cfg, model, tokenizer):
+        engine = real_build(cfg, model, tokenizer)
+        original = engine.sync_weights
+
+        def sync(m):
+            calls.append(m is model)
+            original(m)
+
+        engine.sync_weights = sync
+        return engine
+
+    monkeypatch.setattr(loop, "build_engine", counting_build)
+    train(build_config(None, trainer_env["overrides"](tmp_path / "s", "xrpo", steps=3)), log=quiet)
+    assert calls == [True, True, True]

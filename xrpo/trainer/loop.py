@@ -283,6 +283,9 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
             scheduler.step()
             metrics.update(upd)
             metrics["time/update"] = time.perf_counter() - t0
+            # the next step samples from the updated policy: a no-op for the hf engine (it holds this very model),
+            # a weight load for vLLM
+            engine.sync_weights(model)
         else:
             metrics["loss/skipped_empty_batch"] = 1.0
 
