@@ -26,7 +26,7 @@ measured under the prompt the advantage is applied to.
 Deviations from the paper (see also the planner's docstring):
     - the loss of each step is normalised over the step's whole mini-batch (global token / sequence counts), so
       gradient accumulation over micro-batches gives exactly the full-batch gradient.
-    - the default learning rate is 2e-4, not the paper's 2e-6: the built-in model has 1.1M parameters.
+    - the default learning rate is 1e-4, not the paper's 2e-6: the built-in model has 1.1M parameters.
 """
 from __future__ import annotations
 
