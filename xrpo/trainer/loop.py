@@ -362,6 +362,8 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
     sums: dict[str, float] = {}
     weight = 0.0
     grad_norms = []
+    step_losses: list[float] = []
+    step_kls: list[float] = []
     rng = np.random.default_rng([cfg.seed, step, 17])
     for _ in range(o.ppo_epochs):
         order = rng.permutation(n) if o.mini_batches > 1 else np.arange(n)
@@ -372,6 +374,8 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
             global_tokens = sum(len(records[i].completion_ids) for i in mb)
             lengths = [len(records[i].train_prompt_ids) + len(records[i].completion_ids) for i in mb]
             optimizer.zero_grad(set_to_none=True)
+            # with global denominators the micro-batch losses add up to the mini-batch loss exactly
+            mb_loss = mb_kl = 0.0
             for micro in micro_batches(lengths, o.micro_batch_tokens):
                 idx = [mb[j] for j in micro]
                 lp, mask = completion_logprobs(
@@ -387,7 +391,7 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
                     kl = kl_penalty(lp, _pad([ref_lp[i] for i in idx], lp.shape[1]), kind=m.kl_estimator)
                     kl_loss = aggregate_loss(kl, mask, m.loss_agg, global_tokens=global_tokens,
                                              global_seqs=len(mb), max_tokens=cfg.rollout.max_new_tokens)
-                    lm["loss/kl"] = float(kl_loss.detach()) * len(mb) / len(idx)
+                    mb_kl += float(kl_loss.detach())
                     loss = loss + m.kl_coef * kl_loss
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(
@@ -395,11 +399,15 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
                         f"checkpoint. Lower optim.lr or check the rewards/log-probs."
                     )
                 loss.backward()
+                mb_loss += float(loss.detach())
                 w = float(mask.sum())
-                lm["loss/policy"] = float(loss.detach()) * len(mb) / len(idx)
-                for k, v in lm.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * w
-                weight += w
+                if w > 0:  # ratio statistics of a micro-batch without valid tokens are NaN; it carries no weight
+                    for k, v in lm.items():
+                        sums[k] = sums.get(k, 0.0) + float(v) * w
+                    weight += w
+            step_losses.append(mb_loss)
+            if ref_lp is not None:
+                step_kls.append(mb_kl)
             if o.grad_clip > 0:
                 gn = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
             else:
@@ -416,6 +424,9 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
                     f"last good checkpoint. Lower optim.lr or enable optim.grad_clip."
                 )
     out = {k: v / max(weight, 1.0) for k, v in sums.items()}
+    out["loss/policy"] = float(np.mean(step_losses)) if step_losses else 0.0
+    if step_kls:
+        out["loss/kl"] = float(np.mean(step_kls))
     out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     out["loss/tokens"] = float(sum(len(x.completion_ids) for x in records))
     return out
