@@ -180,3 +180,24 @@ def test_micro_batching_gives_the_full_batch_step(trainer_env, tmp_path):
     # are compared at 0.1% of the step size
     for k in w_big:
         torch.testing.assert_close(w_small[k], w_big[k], rtol=0, atol=1e-5)
+
+
+def test_dapo_metrics_describe_the_kept_groups(trainer_env, tmp_path):
+    out = tmp_path / "dapo"
+    train(build_config(None, trainer_env["overrides"](out, "dapo", steps=2)), log=quiet)
+    for row in (json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()):
+        # dynamic sampling keeps only groups whose rewards differ
+        assert row["rollout/zero_variance_group_frac"] == 0.0
+        assert row["rollout/count"] == row["rollout/kept_groups"] * 4  # 16 rollouts / 4 prompts, uniform
+        assert row["rollout/kept_groups"] >= 1
+
+
+def test_every_training_prompt_is_length_checked(trainer_env, tmp_path):
+    rows = [{"id": f"s{i}", "problem": f"{i % 10} + 1 = ?", "answer": str(i % 10 + 1)} for i in range(1200)]
+    rows.append({"id": "long", "problem": " + ".join(["1"] * 200) + " = ?", "answer": "200"})
+    f = tmp_path / "long_last.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match="problem long: prompt has .* tokens, more than data.max_prompt_tokens=256"):
+        train(build_config(None, trainer_env["overrides"](tmp_path / "o") + [f"data.train={f}",
+                                                                              "data.max_prompt_tokens=256"]),
+              log=quiet)

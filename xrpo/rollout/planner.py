@@ -254,11 +254,12 @@ def generate_rollouts(
     group_ids = np.array([x.group_id for x in records], dtype=np.int64)
     result = PlanResult(records=records, rewards=rewards, group_ids=group_ids, rounds=rounds)
     result.metrics.update(timings)
-    result.metrics.update(_rollout_metrics(result, P))
+    result.metrics.update(rollout_metrics(result, P))
     return result
 
 
-def _rollout_metrics(result: PlanResult, num_prompts: int) -> dict[str, float]:
+def rollout_metrics(result: PlanResult, num_prompts: int) -> dict[str, float]:
+    """rollout/*, alloc/* and icl/* figures of a plan (see docs/metrics.md)."""
     recs, rewards = result.records, result.rewards
     lengths = np.array([len(x.completion_ids) for x in recs], dtype=np.float64)
     sizes = np.bincount(result.group_ids, minlength=num_prompts)

@@ -47,7 +47,9 @@ from xrpo.algo.losses import aggregate_loss, get_policy_loss, kl_penalty
 from xrpo.algo.sampling import dynamic_sampling_keep_groups
 from xrpo.rewards import get_verifier
 from xrpo.rollout.engine import SamplingParams
-from xrpo.rollout.planner import PlanConfig, PlanResult, compute_advantages, generate_rollouts, update_corpus
+from xrpo.rollout.planner import (
+    PlanConfig, PlanResult, compute_advantages, generate_rollouts, rollout_metrics, update_corpus,
+)
 from xrpo.rollout.prompts import PromptRenderer
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
@@ -111,13 +113,17 @@ def merge_plans(parts: list[tuple[list, PlanResult, np.ndarray]]) -> tuple[list,
                 records.append(y)
         rounds.extend(res.rounds)
         for k, v in res.metrics.items():
-            metrics[k] = metrics.get(k, 0.0) + v if k.startswith("time/") else v
+            if k.startswith("time/"):
+                metrics[k] = metrics.get(k, 0.0) + v
     merged = PlanResult(
         records=records,
         rewards=np.array([x.reward for x in records], dtype=np.float64),
         group_ids=np.array([x.group_id for x in records], dtype=np.int64),
         rounds=rounds, metrics=metrics,
     )
+    # rollout / alloc / icl figures describe the kept groups, not the last generation batch before filtering
+    if problems:
+        merged.metrics.update(rollout_metrics(merged, len(problems)))
     return problems, merged
 
 
@@ -158,10 +164,11 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
         ref_model.eval().requires_grad_(False)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     renderer = make_renderer(cfg, tokenizer)
-    for p in train_problems[:1000] + heldout:
-        n_tok = renderer.count_tokens(renderer.render(p))
-        if n_tok > cfg.data.max_prompt_tokens:
-            raise ValueError(f"problem {p.id}: prompt has {n_tok} tokens, more than data.max_prompt_tokens="
+    every = train_problems + heldout
+    encoded = tokenizer([renderer.render(p) for p in every], add_special_tokens=False)["input_ids"]
+    for p, ids in zip(every, encoded):
+        if len(ids) > cfg.data.max_prompt_tokens:
+            raise ValueError(f"problem {p.id}: prompt has {len(ids)} tokens, more than data.max_prompt_tokens="
                              f"{cfg.data.max_prompt_tokens}")
     verifier = get_verifier(cfg.data.verifier)
     corpus = None
