@@ -1,9 +1,11 @@
 """TreePO sampling (xrpo.rollout.treepo) on the tiny model with the real HFEngine: tree bookkeeping, exact
-continuation, the width budget, segment boundaries, fallback, and the tree advantage wired through the planner."""
+continuation, the width budget, segment boundaries, fallback, and the tree advantage wired through the planner; a
+scripted engine whose paths never end forces the fallback's restart from the root."""
 from __future__ import annotations
 
 import copy
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ import torch
 from xrpo.algo.tree import tree_advantages
 from xrpo.data import Problem
 from xrpo.rewards import get_verifier
-from xrpo.rollout.engine import SamplingParams
+from xrpo.rollout.engine import Rollout, SamplingParams
 from xrpo.rollout.hf_engine import HFEngine
 from xrpo.rollout.planner import PlanConfig, RolloutRecord, compute_advantages, tree_ancestor_ids
 from xrpo.rollout.prompts import PromptRenderer
@@ -168,6 +170,81 @@ def test_fallback_fills_trees_whose_paths_end_early(tiny_tokenizer, renderer, ve
     for t in trees2:
         check_tree(t, 2, 12, 6, eos, fallback=False)
     assert len(res2.records) < 40
+
+
+class NeverEnds:
+    """A scripted token-prompt engine whose paths never end by themselves: every rollout fills its whole segment
+    budget with letters (never EOS, never a stop string), so a path only ends at max_new_tokens / max_depth. Each
+    call's (prompts, counts) is recorded."""
+
+    LETTERS = 34  # 'A' .. 'Z' are ids 34 .. 59 in the tiny tokenizer
+
+    def __init__(self):
+        self.calls: list[tuple[list[list[int]], list[int]]] = []
+        self.made = 0
+
+    def generate_ids(self, prompt_ids, counts, params):
+        self.calls.append(([list(p) for p in prompt_ids], list(counts)))
+        out = []
+        for p, c in zip(prompt_ids, counts):
+            rows = []
+            for _ in range(c):
+                ids = [self.LETTERS + (self.made + k) % 26 for k in range(params.max_new_tokens)]
+                self.made += 1
+                rows.append(Rollout(prompt_ids=list(p), completion_ids=ids, logprobs=[-1.0] * len(ids),
+                                    finish_reason="length", text=""))
+            out.append(rows)
+        return out
+
+
+def test_fallback_restarts_from_the_root_when_no_leaf_ended_naturally(tiny_tokenizer, renderer, verifier):
+    # every path is cut by the depth limit (2 segments of 2 tokens = max_new_tokens 4): no leaf ends by EOS or a stop
+    # string, so the fallback has no leaf to re-expand and restarts `branch` = 2 paths from the root
+    cfg = TreeConfig(rollouts_per_step=13, segment_len=2, max_depth=2, branch=2, init_branch=1)  # widths 7, 6
+    params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=3)
+    engine = NeverEnds()
+    res, trees = sample(None, tiny_tokenizer, renderer, verifier, cfg, params, problems=PROBLEMS[:2], engine=engine)
+    assert [t.width for t in trees] == [7, 6]
+    # paths per sampling step, by hand (branch_budget(w, leaves, finished_now, live, 2) = max(min(w - leaves,
+    # 2 * finished_now + 2 * live), live)):
+    #   step 1: the root forks into init_branch = 1 path                                            1 | 1
+    #   step 2: budget min(w - 0, 2 * 1) = 2 children; both reach depth 2: 2 "length" leaves        2 | 2
+    #   step 3: no live path, 2 < w leaves, none by EOS/stop: restart min(2, w - 2) = 2 from root   2 | 2
+    #   step 4: budget min(w - 2, 2 * 2) = 4 (5 | 4 left): 4 leaves, 6 | 6                          4 | 4
+    #   step 5: the width-7 tree lacks 1: restart min(2, 7 - 6) = 1 from the root                   1 | -
+    #   step 6: budget min(7 - 6, 2 * 1) = 1 child: the 7th leaf                                     1 | -
+    assert [sum(n.step == s for n in trees[0].nodes) for s in range(1, 7)] == [1, 2, 2, 4, 1, 1]
+    assert [sum(n.step == s for n in trees[1].nodes) for s in range(1, 5)] == [1, 2, 2, 4]
+    assert max(n.step for n in trees[1].nodes) == 4
+    for t in trees:
+        # exactly the width, never more at any step (check_tree), every leaf cut by the limit
+        assert check_tree(t, 2, 4, 2, tiny_tokenizer.eos_token_id) == Counter(length=t.width)
+    assert [t.fallback_paths for t in trees] == [3, 2]
+    # the engine was asked for the restarts with the bare prompt (the root's prefix: no completion tokens)
+    assert [c for _, c in engine.calls] == [[1, 1], [2, 2], [2, 2], [2, 2, 2, 2], [1], [1]]
+    assert engine.calls[2][0] == [trees[0].prompt_ids, trees[1].prompt_ids]
+    assert engine.calls[4][0] == [trees[0].prompt_ids]
+    for t, restarted in zip(trees, (5, 4)):
+        leaves = [n for n, _, _ in t.leaves]
+        assert sum(t.nodes[n].fallback for n in leaves) == restarted
+        for n in leaves:
+            path = t.path(n)
+            # a restarted leaf's chain starts at the root, and every node on it came from the restart (it shares no
+            # segment with the truncated leaves before it)
+            assert t.nodes[path[0]].parent == 0 and t.nodes[path[0]].start == 0
+            assert [t.nodes[p].fallback for p in path] == [t.nodes[n].fallback] * len(path)
+            if t.nodes[n].fallback:
+                assert t.nodes[path[0]].step in (3, 5)
+        # a fallback path never grows from a node of a non-fallback path: with no EOS/stop leaf only the root is used
+        assert all(t.nodes[node.parent].fallback or node.parent == 0 for node in t.nodes[1:] if node.fallback)
+    m = res.metrics
+    assert len(res.records) == 13 and m["tree/leaves"] == 13 and m["tree/underfilled"] == 0
+    assert m["tree/fallback_expansions"] == 5 and m["tree/fallback_trees"] == 2 and m["tree/steps"] == 6
+    # without fallback the same trees stop at their first 2 leaves
+    res2, trees2 = sample(None, tiny_tokenizer, renderer, verifier, replace(cfg, fallback=False), params,
+                          problems=PROBLEMS[:2], engine=NeverEnds())
+    assert [len(t.leaves) for t in trees2] == [2, 2] and res2.metrics["tree/underfilled"] == 2
+    assert res2.metrics["tree/fallback_expansions"] == 0
 
 
 def test_stop_string_across_a_segment_boundary(tiny_tokenizer, tiny_model, renderer, verifier):

@@ -1,14 +1,20 @@
-"""`method.name=treepo` end to end on the tiny model: the trainer's step with TreePO's sampler and tree advantage."""
+"""`method.name=treepo` and `treepo-sampling` end to end on the tiny model: the trainer's step with TreePO's sampler,
+and TreePO's tree advantage (`treepo`) or GRPO's group advantage (`treepo-sampling`, the XRPO paper's TPO-S)."""
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from xrpo.algo.advantages import group_advantages
+from xrpo.algo.tree import global_whiten, tree_advantages
+from xrpo.rollout.planner import tree_ancestor_ids
+from xrpo.trainer import loop
 from xrpo.trainer.config import build_config
 from xrpo.trainer.loop import train
 
@@ -37,6 +43,46 @@ def test_treepo_trains_two_steps(trainer_env, tmp_path):
         assert "adv/tree_subgroups_mean" in r and r["tree/engine_cached_tokens"] > 0
         # the engine's log-probs are exact, so they are reused as the old log-probs (none recomputed)
         assert r["loss/recomputed_old_logprobs"] == 0
+    before = load_file(str(trainer_env["model"] / "model.safetensors"))
+    after = load_file(str(Path(summary["final_checkpoint"]) / "model" / "model.safetensors"))
+    assert all(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_treepo_sampling_trains_with_grpo_advantages(trainer_env, tmp_path, monkeypatch):
+    # TPO-S: TreePO's sampler, GRPO's group advantage; each step's advantages are captured where the loop computes them
+    seen = []
+    real = loop.compute_advantages
+
+    def spy(plan, pcfg, **kwargs):
+        out = real(plan, pcfg, **kwargs)
+        seen.append((pcfg, list(plan.records), plan.rewards.copy(), plan.group_ids.copy(), plan.advantages.copy()))
+        return out
+
+    monkeypatch.setattr(loop, "compute_advantages", spy)
+    out = tmp_path / "tpo-s"
+    cfg = build_config(None, trainer_env["overrides"](out, "treepo-sampling", steps=2) + ["method.tree_max_depth=3"])
+    assert cfg.method.sampler == "tree" and not cfg.method.tree_advantage and cfg.method.adv_scale == "std"
+    summary = train(cfg, log=quiet)
+    got = rows(out)
+    assert len(got) == 2 and len(seen) == 2
+    for r in got:
+        assert math.isfinite(r["loss/policy"])
+        # GRPO's budget: rollout.rollouts_per_step = 16 rollouts per step, all of them tree leaves
+        assert r["rollout/count"] == r["tree/leaves"] == cfg.rollout.rollouts_per_step == 16
+        assert r["tree/underfilled"] == 0 and "adv/tree_subgroups_mean" not in r
+    differs = []
+    for pcfg, records, rewards, group_ids, adv in seen:
+        assert pcfg.advantage == "group" and not pcfg.sharpen
+        # tree rollouts (every leaf has its path), 4 per prompt: GRPO's 16 over 4 prompts
+        assert all(len(x.tree_path) >= 1 for x in records)
+        np.testing.assert_array_equal(np.bincount(group_ids), [4, 4, 4, 4])
+        # exactly GRPO's group advantage, (R - mean_g) / (std_g + eps) by prompt
+        np.testing.assert_array_equal(adv, group_advantages(rewards, group_ids))
+        tree_adv = global_whiten(tree_advantages(rewards, tree_ancestor_ids(records))[0],
+                                 [len(x.completion_ids) for x in records])
+        differs.append(bool(np.any(adv != 0)) and not np.allclose(adv, tree_adv))
+    # the parity rewards differ inside groups at both steps, so the two advantages can be told apart
+    assert differs == [True, True]
     before = load_file(str(trainer_env["model"] / "model.safetensors"))
     after = load_file(str(Path(summary["final_checkpoint"]) / "model" / "model.safetensors"))
     assert all(not torch.equal(before[k], after[k]) for k in before)

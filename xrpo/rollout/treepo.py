@@ -14,7 +14,9 @@ the same `PlanResult`, so the trainer's later steps do not change::
                   paths hand theirs over, capped by the width left; `xrpo.algo.tree.branch_budget`)
                   is split over its live paths, uniformly or by last-segment log-prob            (line 14)
     fallback      a tree with no live path and fewer leaves than w re-expands a random finished
-                  (EOS / stop) leaf, truncated at a random segment boundary                       (line 15)
+                  (EOS / stop) leaf, truncated at a random segment boundary; with no such leaf
+                  (every path truncated) it restarts `branch` paths from the root, as the
+                  authors' code does (the paper leaves this case open; docs/methods.md)           (line 15)
 
 The engine must take token-id prompts (`TokenPromptEngine.generate_ids`): a continuation is then exactly the
 concatenation of its path's segments, and each token's log-prob is the policy's under exactly that prefix. An engine
