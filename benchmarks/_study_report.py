@@ -35,7 +35,8 @@ END = "<!-- study:end -->"
 
 ABLATIONS = ("xrpo-no-icl", "xrpo-no-as", "xrpo-no-as-icl", "xrpo-no-hrp")
 LABELS = {
-    "grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO", "treepo": "TreePO sampling", "cures": "CurES", "xrpo": "XRPO",
+    "grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO", "treepo-sampling": "TreePO sampling (TPO-S)",
+    "treepo": "TreePO (tree sampling + tree advantage)", "cures": "CurES", "xrpo": "XRPO",
     "xrpo-no-icl": "XRPO w/o ICL", "xrpo-no-as": "XRPO w/o AS", "xrpo-no-as-icl": "XRPO w/o AS+ICL",
     "xrpo-no-hrp": "XRPO w/o HRP", "xrpo-gspo": "XRPO + GSPO", "dr_grpo": "Dr. GRPO",
     "grpo-deepseekmath": "GRPO (DeepSeekMath)",
@@ -44,20 +45,20 @@ LABELS = {
 # What the paper reports, in percent (/work/shared/paper/xrpo.tex). Models and benchmarks differ from this study's;
 # these are for reading the direction and size of differences, not for equality.
 PAPER_MAIN = {  # Table 1 (Qwen3-1.7B, Avg. over AIME'25, HMMT'25, BRUMO'25): (pass@1, cons@32); CurES: Table 12
-    "gspo": (33.23, 41.11), "dapo": (30.94, 33.33), "treepo": (26.91, 33.33), "cures": (31.98, 32.22),
+    "gspo": (33.23, 41.11), "dapo": (30.94, 33.33), "treepo-sampling": (26.91, 33.33), "cures": (31.98, 32.22),
     "xrpo": (35.13, 45.56),
 }
 PAPER_QWEN25 = {  # Table 6 (Qwen2.5-7B-Instruct, Avg. over AIME'24, AIME'25, BRUMO'25): (pass@1, pass@4, cons@32)
-    "grpo": (10.96, 19.90, 16.67), "dapo": (11.70, 21.50, 17.78), "treepo": (11.08, 20.16, 16.67),
+    "grpo": (10.96, 19.90, 16.67), "dapo": (11.70, 21.50, 17.78), "treepo-sampling": (11.08, 20.16, 16.67),
     "xrpo": (12.05, 22.41, 20.00),
 }
 PAPER_ABLATION = {  # Table 5 (Qwen3-1.7B, Avg. over AIME'24, AIME'25, HMMT'25, BRUMO'25): (pass@1, cons@32);
     # w/o HRP from §4.3's text ("drops pass@1 from 37.81 to 35.10 and cons@32 from 47.50 to 45.83")
     "xrpo": (37.81, 47.50), "xrpo-no-as": (34.35, 45.00), "xrpo-no-icl": (36.87, 43.33),
-    "xrpo-no-as-icl": (34.32, 41.67), "xrpo-no-hrp": (35.10, 45.83), "dapo": (33.28, 35.83), "treepo": (29.77, 37.50),
+    "xrpo-no-as-icl": (34.32, 41.67), "xrpo-no-hrp": (35.10, 45.83), "dapo": (33.28, 35.83), "treepo-sampling": (29.77, 37.50),
 }
 PAPER_PASSK = {  # Table 13 (Qwen3-1.7B, avg. of AIME'25, HMMT'25, BRUMO'25): pass@4, pass@8, pass@16, pass@32
-    "gspo": (46.09, 52.01, 57.60, 62.22), "dapo": (42.37, 47.50, 52.14, 56.67), "treepo": (40.18, 47.16, 54.69, 63.33),
+    "gspo": (46.09, 52.01, 57.60, 62.22), "dapo": (42.37, 47.50, 52.14, 56.67), "treepo-sampling": (40.18, 47.16, 54.69, 63.33),
     "xrpo": (48.65, 55.92, 62.07, 65.56),
 }
 PAPER_SPEEDUP = "2.4× (GSM8K, 82.5% at step 420 vs ≈1K) and 2.7× (MATH-500, 75% at step 450 vs ≈1.2K); §4.2 and the appendix on training dynamics"
@@ -436,7 +437,7 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
     order = [m for m in meta["methods"] if m in M]
     missing = [m for m in meta["methods"] if m not in M]
     main = [m for m in order if m not in ABLATIONS]
-    abl_rows = [m for m in ("xrpo", *ABLATIONS, "dapo", "treepo") if m in M]
+    abl_rows = [m for m in ("xrpo", *ABLATIONS, "dapo", "treepo-sampling", "treepo") if m in M]
     L: list[str] = []
     L.append("## Setup of this run")
     L.append("")

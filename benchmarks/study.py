@@ -42,8 +42,9 @@ from xrpo.algo.presets import list_presets  # noqa: E402
 from xrpo.trainer.config import build_config, to_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_METHODS = ("grpo", "dapo", "gspo", "treepo", "cures", "xrpo", "xrpo-no-icl", "xrpo-no-as", "xrpo-no-as-icl",
-                   "xrpo-no-hrp", "xrpo-gspo")
+# treepo-sampling is the paper's TPO-S baseline (the sampler alone); treepo adds TreePO's own tree advantage
+DEFAULT_METHODS = ("grpo", "dapo", "gspo", "treepo-sampling", "treepo", "cures", "xrpo", "xrpo-no-icl", "xrpo-no-as",
+                   "xrpo-no-as-icl", "xrpo-no-hrp", "xrpo-gspo")
 # keys the study sets itself (one flag each); a --config-overrides entry for them would split the budget
 OWNED = {"method.name": "--methods", "seed": "--seeds", "steps": "--steps", "output": "--out",
          "eval_samples": "--eval-samples", "eval_k": "--eval-k", "eval_every": "--eval-every", "threads": "--threads"}
