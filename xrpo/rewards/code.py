@@ -433,6 +433,50 @@ def _equal(a: Any, b: Any, tol: float) -> bool:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def check_prelude(prompt: str | None) -> str | None:
+    """The problem's prompt as code the check process can run first (it defines helpers such as HumanEval/32's
+    ``poly``): the prompt itself, or, when it ends in a bare function header (a completion continues it), the
+    prompt with a ``pass`` body. SyntaxError when neither compiles."""
+    if not prompt:
+        return None
+    try:
+        compile(prompt, "prompt.py", "exec")
+        return prompt
+    except SyntaxError:
+        patched = prompt.rstrip() + "\n    pass\n"
+        try:
+            compile(patched, "prompt.py", "exec")
+        except SyntaxError:
+            raise SyntaxError("the reference's 'prompt' is not Python code (nor a function header)") from None
+        return patched
+
+
+def check_undefined_names(check_code: str, prelude: str | None = None) -> list[str]:
+    """Global names the HumanEval check code reads that neither it, the prelude (the problem's prompt) nor Python's
+    builtins define; SyntaxError when either does not compile. The check runs in a process without the program
+    (xrpo.rewards.sandbox), so such a name would fail every completion."""
+    import builtins
+    import symtable
+
+    defined = set(dir(builtins))
+    used: set[str] = set()
+
+    def walk(table, top: bool) -> None:
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            if top and (sym.is_assigned() or sym.is_imported() or sym.is_namespace()):
+                defined.add(name)
+            elif not top and sym.is_global() and sym.is_referenced():
+                used.add(name)
+        for child in table.get_children():
+            walk(child, False)
+
+    for src, fname in ((check_prelude(prelude), "prompt.py"), (check_code, "check.py")):
+        if src:
+            walk(symtable.symtable(src, fname, "exec"), True)
+    return sorted(used - defined)
+
+
 @register_verifier("code")
 class CodeVerifier(Verifier):
     """Verifier for programs (see the module docstring).
@@ -505,6 +549,26 @@ class CodeVerifier(Verifier):
             self._specs[reference] = spec
         return spec
 
+    def reference_errors(self, references: Sequence[str]) -> list[tuple[int, str]]:
+        """Every reference that is not a test list this verifier reads, or whose HumanEval check does not
+        compile."""
+        errors = []
+        for i, ref in enumerate(references):
+            try:
+                if not isinstance(ref, str):
+                    raise ValueError(f"expected a string, got {type(ref).__name__}")
+                spec = parse_tests(ref, self.fields)
+                if spec.mode == "check":
+                    missing = check_undefined_names(spec.check_code, spec.prompt)
+                    if missing:
+                        raise ValueError(
+                            f"the check calls {', '.join(missing)}, which neither its code nor the reference's "
+                            f"'prompt' defines (the check runs apart from the program, so it cannot take them "
+                            f"from the completion: add the problem's prompt to the reference)")
+            except (ValueError, SyntaxError) as e:
+                errors.append((i, f"{type(e).__name__ + ': ' if isinstance(e, SyntaxError) else ''}{e}"))
+        return errors
+
     def verify_batch(self, completions: Sequence[str], references: Sequence[str]) -> list[VerifyResult]:
         completions, references = check_batch(completions, references)
         specs = [self._spec(ref, i) for i, ref in enumerate(references)]
@@ -536,7 +600,8 @@ class CodeVerifier(Verifier):
         answer = "code:" + hashlib.sha1(code.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         res: SandboxResult = run_program(
             code, spec.mode, spec.inputs, fn_name=spec.fn_name, check_code=spec.check_code,
-            entry_point=spec.entry_point, limits=self.limits, isolation=self.isolation,
+            entry_point=spec.entry_point, check_prelude=check_prelude(spec.prompt), limits=self.limits,
+            isolation=self.isolation,
             stop_on_failure=self.stop_on_failure,
         )
         total = len(spec.inputs)

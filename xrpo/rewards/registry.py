@@ -73,6 +73,23 @@ class Verifier:
     def verify_batch(self, completions: Sequence[str], references: Sequence[str]) -> list[VerifyResult]:
         raise NotImplementedError(f"{type(self).__name__} must implement verify_batch(completions, references)")
 
+    def reference_errors(self, references: Sequence[str]) -> list[tuple[int, str]]:
+        """(index, what is wrong) for every reference this verifier cannot grade, checked once when a dataset is
+        loaded so that a malformed row stops the run before its first step, named by the caller (file, problem
+        id). The default accepts every string; verifiers with a reference format (``code``) override it."""
+        return []
+
+
+def raise_reference_errors(verifier: Verifier, problems: Sequence, where: str, limit: int = 5) -> None:
+    """Raise ValueError naming `where` (a file or split), the problem ids and what is wrong when `verifier` cannot
+    grade some of the problems' reference answers (`Verifier.reference_errors`)."""
+    errors = verifier.reference_errors([p.answer for p in problems])
+    if errors:
+        lines = [f"  problem {problems[i].id!r} (row {i}): {msg}" for i, msg in errors[:limit]]
+        more = f"\n  ... and {len(errors) - limit} more" if len(errors) > limit else ""
+        raise ValueError(f"{where}: {len(errors)} of {len(problems)} reference answers cannot be graded by the "
+                         f"{verifier.name or type(verifier).__name__!r} verifier:\n" + "\n".join(lines) + more)
+
 
 def check_batch(completions: Sequence[str], references: Sequence[str]) -> tuple[list[str], list[str]]:
     """Validate a batch: two sequences of strings of equal length. Returns them as lists."""

@@ -8,6 +8,14 @@ through a pipe with a byte cap. It sends back what each test printed (stdin test
 and never sees an expected output: the caller compares, outside the sandbox. The caller enforces a wall-clock limit
 on the whole run and removes the working directory afterwards.
 
+Check mode (HumanEval's ``check(candidate)``, whose code holds the expected values) splits each test in two
+processes: the *checker* forks the program's process first, and only then reads the check code (from a file the boot
+opened and the program's process closed) and runs it, with ``candidate`` a proxy whose every call crosses two pipes
+as plain data (tagged JSON). The checker rebuilds builtins only, so no object of the program's (an ``__eq__`` that
+always says True) reaches the check; only the checker can signal "pass"; and the check code and its expected values
+are never in memory the program can read (the checker is a non-dumpable process of its own). A check that calls
+helpers (HumanEval/32's ``poly``) gets them from ``check_prelude`` (the problem's prompt), never from the program.
+
 Layers, and when each holds (``SandboxResult.isolation`` names the ones a run actually got):
 
 ========================  ==========================================================  ===============================
@@ -39,19 +47,27 @@ layer                     what it guarantees                                    
                           tmpfs of ``max_disk_mb``; the caller's files cannot be
                           changed even if their permissions allow it
 ``ipcns``                 System V IPC and POSIX message queues of the host unseen     root, or user namespaces
+``rootfs``                the program's ``/`` is a fresh tmpfs holding read-only       ``mountns``, and a kernel
+                          binds of /usr, /lib*, /bin, /sbin, the interpreter's         that allows the binds
+                          installation (every site-packages emptied), the linker       (else: the host's tree,
+                          cache, /etc/localtime, five device nodes and the work dir    read-only)
+                          (chroot, left with no capability to undo it): files
+                          anywhere else (home dirs, /root, the checkout, /tmp, /etc,
+                          a dataset's expected outputs) do not exist for it
 ========================  ==========================================================  ===============================
 
 Without ``pidns`` and ``uid``, the harness is a child subreaper and kills every descendant it can find in /proc
 after each test; a process that escaped that search (a double fork racing the scan) can outlive the run.
 
-Not guaranteed: reading world-readable files (the Python installation, /etc, and any data the caller left readable:
-keep secrets mode 0600); CPU cache or timing side channels; a verdict that cannot be forged by a program that
-inspects its own interpreter (check-style tests run in the program's process; stdin outputs and returned values are
-compared by the caller, which the sandbox cannot reach). Without ``mountns`` a program can write to world-writable
-places (/tmp, /dev/shm) within the file-size limit; without ``netns`` it can use the network; without ``uid`` and
-namespaces (a non-root caller with user namespaces disabled) it runs as the caller's user and can touch the caller's
-files. ``isolation="strict"`` refuses to run unless ``uid`` or user-namespace isolation and all four namespaces are
-in force.
+Not guaranteed: CPU cache or timing side channels; keeping out what ``rootfs`` shows (the system's binaries and
+libraries and the standard library: data installed under /usr stays readable); without ``rootfs``, keeping out any
+world-readable file (keep secrets mode 0600; as the caller's own user without namespaces nothing of the caller's is
+private). Verdicts cannot be forged from inside: stdin outputs and returned values are compared by the caller, and
+check-mode verdicts come from the checker. Without ``mountns`` a program can write to world-writable places (/tmp,
+/dev/shm) within the file-size limit; without ``netns`` it can use the network; without ``uid`` and namespaces (a
+non-root caller with user namespaces disabled) it runs as the caller's user and can touch the caller's files.
+``isolation="strict"`` refuses to run unless ``uid`` or user-namespace isolation, all four namespaces and ``rootfs``
+are in force.
 
 The program sees the interpreter's standard library only (``-I -S``: no site-packages). docs/code.md has the same
 table by kind of caller (root / user namespaces / neither).
@@ -234,6 +250,25 @@ def _python_dirs() -> tuple[str, ...]:
     return tuple(sorted(dirs))
 
 
+@functools.lru_cache(maxsize=1)
+def _site_dirs() -> tuple[str, ...]:
+    """Every site-packages of this interpreter (a virtual environment's and its base's): hidden in the program's
+    root file system (``rootfs``), so that installed packages and their data (a benchmark's solutions) are out of
+    reach; the program runs with ``-S`` and never imports from them."""
+    import site
+    import sysconfig
+
+    dirs = set()
+    for vars_ in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
+        paths = sysconfig.get_paths(vars=vars_) if vars_ else sysconfig.get_paths()
+        dirs.update(paths[k] for k in ("purelib", "platlib") if k in paths)
+    try:
+        dirs.update(site.getsitepackages())
+    except AttributeError:
+        pass
+    return tuple(sorted({os.path.realpath(d) for d in dirs}))
+
+
 def _count_processes(uid: int) -> int | None:
     """Processes (threads included, as RLIMIT_NPROC counts them) of `uid`; None without /proc."""
     total = 0
@@ -305,6 +340,7 @@ def run_program(
     fn_name: str | None = None,
     check_code: str | None = None,
     entry_point: str | None = None,
+    check_prelude: str | None = None,
     limits: Limits | None = None,
     isolation: str = "auto",
     stop_on_failure: bool = False,
@@ -316,7 +352,9 @@ def run_program(
         mode: "stdin" (inputs are strings fed to stdin; stdout is returned), "call" (inputs are lists of positional
             arguments for the function `fn_name`, or for the method `fn_name` of a class `Solution` when the program
             defines one; the returned value comes back as JSON), or "check" (HumanEval: `check_code` defines
-            `check(candidate)`, called with the program's `entry_point`; inputs must be `[None]`).
+            `check(candidate)`, called with a proxy of the program's `entry_point`; inputs must be `[None]`). The
+            check runs in a process of its own that never shares memory with the program (module docstring);
+            `check_prelude` (HumanEval's prompt: helpers such as ``poly`` that the check calls) runs there first.
         limits: resource limits (`Limits()` by default).
         isolation: "auto" (every layer this machine allows), "strict" (raise RuntimeError unless uid/user-namespace
             separation and the network, PID and mount namespaces are available), "minimal" (session, rlimits,
@@ -335,6 +373,8 @@ def run_program(
         raise ValueError("mode 'call' needs fn_name")
     if mode == "check" and (not check_code or not entry_point):
         raise ValueError("mode 'check' needs check_code and entry_point")
+    if mode == "check" and list(inputs) != [None]:
+        raise ValueError(f"mode 'check' runs one test: inputs must be [None], got {len(inputs)} input(s)")
     limits = limits or Limits()
     t0 = time.monotonic()
     root = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -347,12 +387,17 @@ def run_program(
         if slot is not None:
             os.chown(workdir, slot.uid, slot.uid)
         job = {
-            "code": code, "mode": mode, "inputs": inputs, "fn_name": fn_name, "check_code": check_code,
-            "entry_point": entry_point, "limits": asdict(limits), "stop_on_failure": bool(stop_on_failure),
+            "code": code, "mode": mode, "inputs": inputs, "fn_name": fn_name, "check_path": None,
+            "entry_point": entry_point, "check_prelude": check_prelude, "hidden_dirs": list(_site_dirs()), "limits": asdict(limits), "stop_on_failure": bool(stop_on_failure),
             "uid": slot.uid if slot else None, "namespaces": isolation != "minimal", "strict": isolation == "strict",
             "workdir": workdir, "python_dirs": list(_python_dirs()), "caller_uid": os.getuid(), "caller_gid": os.getgid(),
             "nproc_base": None if root else _count_processes(os.getuid()),
         }
+        if mode == "check":
+            job["check_path"] = os.path.join(workdir, ".check")
+            fd = os.open(job["check_path"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "w", encoding="utf-8") as f:
+                f.write(check_code)
         job_path = os.path.join(workdir, ".job")
         fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with open(fd, "wb") as f:

@@ -48,7 +48,7 @@ import yaml
 
 from xrpo.algo.losses import aggregate_loss, get_policy_loss, kl_penalty
 from xrpo.algo.sampling import dynamic_sampling_keep_groups
-from xrpo.rewards import get_verifier
+from xrpo.rewards import get_verifier, raise_reference_errors
 from xrpo.rollout import cures as cures_lib
 from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.planner import (
@@ -183,6 +183,8 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
             raise ValueError(f"problem {p.id}: prompt has {len(ids)} tokens, more than data.max_prompt_tokens="
                              f"{cfg.data.max_prompt_tokens}")
     verifier = get_verifier(cfg.data.verifier, **cfg.data.verifier_args)
+    raise_reference_errors(verifier, train_problems, f"data.train ({cfg.data.train})")
+    raise_reference_errors(verifier, heldout, f"data.heldout ({cfg.data.heldout})")
     corpus = None
     if m.icl:
         corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
