@@ -88,6 +88,44 @@ def test_eval_bad_options(env, tmp_path, capsys, args, message):
     assert not (tmp_path / "o").exists()  # nothing written: the same --output works once the option is fixed
 
 
+def test_eval_column_map_applies_to_a_dataset_with_options(env, tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(env))
+    data = tmp_path / "upper.jsonl"
+    rows = [{"key": f"u{i}", "Q": f"What is {i} + 1?", "A": i + 1} for i in range(3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    rc = main(["eval", str(env / "model"), f"{data}:name=U,id=key", "--column-map", "prompt=Q,answer=A",
+               "--n", "2", "--limit", "2", "--max-new-tokens", "4", "--verifier", "cli_parity_verifier:verify",
+               "--output", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())
+    assert res["datasets"]["U"]["loaded_as"] == {"format": "jsonl", "layout": "generic", "prompt": "Q", "answer": "A",
+                                                 "id": "key"}
+    assert [r["id"] for r in res["per_problem"]["U"]] == ["u0", "u1"]
+
+
+@pytest.mark.parametrize("name, text, spec, message", [
+    ("upper.jsonl", '{"Q": "q", "A": "1"}\n', ":name=U",
+     "no prompt field: expected one of ['problem', 'question', 'prompt'] or verl's 'prompt' "
+     "(or pass {path}:prompt=FIELD)"),
+    ("many.jsonl", '{"question": "q", "answers": ["1", "2"]}\n', ":answer=answers",
+     "field 'answers' is a list of 2 answers; xrpo needs one reference string: "
+     "choose one with {path}:answer=answers.0"),
+    ("rows.txt", '{"question": "q", "answer": "1"}\n', "",
+     "cannot tell the format from the extension '.txt'; pass {path}:format=jsonl or {path}:format=json or"),
+    ("rows.txt", '{"question": "q", "answer": "1"}\n', ":format=csv", "{path}: format: unknown format 'csv'"),
+    ("rows.jsonl", '{"question": "q", "answer": "1"}\n', ":layout=nope", "{path}: layout: unknown layout 'nope'"),
+])
+def test_eval_data_errors_use_the_command_line_syntax(env, tmp_path, capsys, name, text, spec, message):
+    path = tmp_path / name
+    path.write_text(text)
+    rc = main(["eval", str(env / "model"), f"{path}{spec}", "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert message.format(path=path) in err, err
+    assert "_key" not in err and "fmt" not in err  # the Python API's keywords
+
+
 def test_eval_missing_data_and_model(env, tmp_path, capsys):
     assert main(["eval", str(env / "model"), str(tmp_path / "nope.jsonl")]) == 2
     assert "nope.jsonl does not exist" in capsys.readouterr().err

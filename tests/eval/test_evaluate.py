@@ -1,8 +1,9 @@
 """`xrpo.eval.evaluate` end to end on a tiny model: figures consistent with the per-problem counts, resume after an
-interruption (no problem sampled twice, same results as one uninterrupted run), settings that changed, damaged files,
-greedy, test-time ICL, run and checkpoint directories as the model, data specs."""
+interruption (no problem sampled twice, same results as one uninterrupted run), settings, prompts and references that
+changed, damaged files, greedy, test-time ICL, run and checkpoint directories as the model, data specs."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -117,8 +118,69 @@ def test_changed_settings_are_refused(eval_env, tmp_path):
         evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, temperature=0.7), log=quiet)
     with pytest.raises(ValueError, match=r"n: saved 4, now 2"):
         evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, n=2), log=quiet)
+    # grading: records graded without arguments are not mixed with ones graded with them
+    with pytest.raises(ValueError, match=r"other settings \(verifier_args: saved \{\}, now \{'timeout': 0\.5, "
+                                         r"'workers': 1\}\)"):
+        evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, verifier_args="{timeout: 0.5, workers: 1}"), log=quiet)
+    # the seed stream: chunk c samples with a seed of (seed, dataset, c), so the chunk size decides a problem's seed
+    with pytest.raises(ValueError, match=r"other settings \(chunk_size: saved 2, now 1\)"):
+        evaluate(cfg_for(eval_env, tmp_path / "e", limit=3, chunk_size=1), log=quiet)
+    # another sampler; refused before vllm is needed (not installed here)
+    with pytest.raises(ValueError, match=r"other settings \(engine: saved 'hf', now 'vllm'\)"):
+        evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, engine="vllm"), log=quiet)
     # execution settings may change
-    evaluate(cfg_for(eval_env, tmp_path / "e", limit=3, chunk_size=1, batch_size=8), log=quiet)
+    evaluate(cfg_for(eval_env, tmp_path / "e", limit=3, batch_size=8), log=quiet)
+    saved = json.loads((tmp_path / "e" / "settings.json").read_text())
+    assert (saved["verifier_args"], saved["chunk_size"], saved["engine"], saved["batch_size"]) == ({}, 2, "hf", 8)
+
+
+def test_default_chunk_size_is_recorded_and_checked(eval_env, tmp_path):
+    evaluate(cfg_for(eval_env, tmp_path / "e", limit=1, chunk_size=None), log=quiet)
+    assert json.loads((tmp_path / "e" / "settings.json").read_text())["chunk_size"] == 128  # 512 // n=4
+    # naming the default is the same setting
+    evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, chunk_size=128), log=quiet)
+    with pytest.raises(ValueError, match=r"chunk_size: saved 128, now 3"):
+        evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, chunk_size=3), log=quiet)
+
+
+def test_settings_of_version_1_are_read(eval_env, tmp_path):
+    """A settings.json written before version 2: chunk_size None meant the default; no ICL corpus hash."""
+    evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, chunk_size=None), log=quiet)
+    path = tmp_path / "e" / "settings.json"
+    v1 = json.loads(path.read_text())
+    v1.update(version=1, chunk_size=None)
+    del v1["icl_corpus_sha"]
+    path.write_text(json.dumps(v1))
+    sampled = []
+    evaluate(cfg_for(eval_env, tmp_path / "e", limit=3, chunk_size=None), log=quiet,
+             on_chunk=lambda name, recs: sampled.extend(r["id"] for r in recs))
+    assert sampled == ["q2"] and json.loads(path.read_text())["version"] == 2
+    path.write_text(json.dumps(dict(v1, verifier_args={"timeout": 2})))
+    with pytest.raises(ValueError, match=r"verifier_args: saved \{'timeout': 2\}, now \{\}"):
+        evaluate(cfg_for(eval_env, tmp_path / "e", limit=3, chunk_size=None), log=quiet)
+
+
+def test_changed_prompts_are_refused(eval_env, tmp_path):
+    two = tmp_path / "two.jsonl"
+    two.write_text("".join(json.dumps({"id": r["id"], "Q": r["problem"], "Q2": "Compute " + r["problem"],
+                                       "A": r["answer"]}) + "\n" for r in eval_env["rows"]))
+    res = evaluate(cfg_for(eval_env, tmp_path / "e", data=[f"{two}:name=Two,prompt=Q,answer=A"], limit=2), log=quiet)
+    recs = res["per_problem"]["Two"]
+    # the dataset's prompt text, hashed: what a record was sampled from
+    assert [r["prompt_sha"] for r in recs] == [
+        hashlib.sha256(r["problem"].encode()).hexdigest()[:16] for r in eval_env["rows"][:2]]
+    assert lines(tmp_path / "e" / "per_problem" / "Two.jsonl") == recs
+    with pytest.raises(ValueError, match=r"Two\.jsonl: problem 'q0' of dataset Two was sampled from another prompt "
+                                         r"than the one .*two\.jsonl now gives \(prompt_sha saved '[0-9a-f]{16}', now"):
+        evaluate(cfg_for(eval_env, tmp_path / "e", data=[f"{two}:name=Two,prompt=Q2,answer=A"], limit=3), log=quiet)
+    # records of an older xrpo carry no hash: read as unknown, with a note, and the run goes on
+    per = tmp_path / "e" / "per_problem" / "Two.jsonl"
+    per.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "prompt_sha"}) + "\n" for r in recs))
+    logs = []
+    res = evaluate(cfg_for(eval_env, tmp_path / "e", data=[f"{two}:name=Two,prompt=Q2,answer=A"], limit=3),
+                   log=logs.append)
+    assert any("Two.jsonl: 2 saved problems have no prompt_sha" in x for x in logs)
+    assert ["prompt_sha" in r for r in res["per_problem"]["Two"]] == [False, False, True]
 
 
 def test_incomplete_last_line_is_dropped_and_resampled(eval_env, tmp_path):
@@ -181,6 +243,12 @@ def test_test_time_icl_records_its_examples(eval_env, tmp_path):
     assert res["per_problem"]["small"][0]["icl_examples"] == []
     assert lines(tmp_path / "e" / "per_problem" / "small.jsonl")[0]["icl_examples"] == recs[0]["icl_examples"]
     check_consistent(res)
+    # another corpus under the same path shows other examples: its content is a setting
+    with corpus.open("a") as f:
+        f.write(json.dumps({"problem_id": "s3", "problem": "3 + 5 = ?", "solution": " \\boxed{8}"}) + "\n")
+    with pytest.raises(ValueError, match=r"other settings \(icl_corpus_sha: saved '\w{16}', now '\w{16}'\)"):
+        evaluate(cfg_for(eval_env, tmp_path / "e", icl_corpus=str(corpus), embedder="hash", limit=3,
+                         icl_style="fewshot", prompt_template="Q: {prompt}\nA:"), log=quiet)
 
 
 def test_run_and_checkpoint_directories(eval_env, tiny_run, tmp_path):
@@ -214,6 +282,11 @@ def test_data_specs(eval_env, tmp_path):
     res = evaluate(cfg_for(eval_env, tmp_path / "f", data=[str(upper)], column_map="prompt=Q,answer=A", limit=1),
                    log=quiet)
     assert res["datasets"]["upper"]["num_problems"] == 1
+    # the column map applies to a dataset with options of its own too; those override it key by key
+    res = evaluate(cfg_for(eval_env, tmp_path / "h", data=[f"{upper}:name=U,id=key"], column_map="prompt=Q,answer=A",
+                           limit=2), log=quiet)
+    assert {k: res["datasets"]["U"]["loaded_as"][k] for k in ("prompt", "answer", "id")} == {
+        "prompt": "Q", "answer": "A", "id": "key"}
     with pytest.raises(ValueError, match="two datasets are named 'small'"):
         evaluate(cfg_for(eval_env, tmp_path / "g", data=[str(eval_env["data"])] * 2), log=quiet)
 
@@ -224,6 +297,18 @@ def test_parse_data_spec():
         "data/aime.parquet", "AIME'24", "Problem", "Answer", "ID", "aime2024")
     assert parse_data_spec("champ").source == "champ"
     assert parse_data_spec("x.jsonl", "prompt=q").prompt_key == "q"
-    assert parse_data_spec("x.jsonl:answer=a", "prompt=q").prompt_key is None  # its own options win
+    # the column map and the spec's own options merge, the spec's winning key by key
+    s = parse_data_spec("x.jsonl:name=X", "prompt=q,answer=a")
+    assert (s.name, s.prompt_key, s.answer_key, s.id_key) == ("X", "q", "a", None)
+    s = parse_data_spec("x.jsonl:answer=b,id=i", "prompt=q,answer=a,format=jsonl")
+    assert (s.prompt_key, s.answer_key, s.id_key, s.fmt) == ("q", "b", "i", "jsonl")
+    # the built-in datasets have fixed fields: the column map is for files, their own field options are refused
+    s = parse_data_spec("champ:name=C", "prompt=q")
+    assert (s.source, s.name, s.prompt_key) == ("champ", "C", None)
+    with pytest.raises(ValueError, match=r"data spec 'default:prompt=q': default is a built-in dataset with fixed "
+                                         r"fields; it takes only name=, got prompt="):
+        parse_data_spec("default:prompt=q")
+    with pytest.raises(ValueError, match=r"--column-map: 'name' would give every dataset the same name"):
+        parse_data_spec("x.jsonl", "name=X")
     with pytest.raises(ValueError, match="unknown key 'colour'"):
         parse_data_spec("x.jsonl:colour=red")

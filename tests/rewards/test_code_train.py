@@ -136,3 +136,41 @@ def test_xrpo_eval_rejects_bad_verifier_args(code_env, tmp_path, capsys):
     rc = main(["eval", str(code_env / "model"), f"{code_env / 'heldout.jsonl'}:answer=tests", "--verifier", "code",
                "--verifier-args", "[1, 2]", "--n", "1", "--output", str(tmp_path / "e")])
     assert rc == 2 and "--verifier-args must be a YAML mapping" in capsys.readouterr().err
+
+
+def test_train_refuses_a_malformed_reference_before_the_first_step(code_env, tmp_path):
+    rows = code_rows(6, "t")
+    rows[3]["tests"] = json.dumps({"tests": "not a list"})
+    rows[4]["tests"] = json.dumps({"test": "def check(c):\n    assert helper(c(1))\n", "entry_point": "f"})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    cfg = build_config(None, [
+        f"output={out}", "steps=2", "method.name=grpo", f"model.path={code_env / 'model'}", f"data.train={bad}",
+        f"data.heldout={code_env / 'heldout.jsonl'}", "data.answer_key=tests", "data.verifier=code",
+        "rollout.prompts_per_step=2", "rollout.rollouts_per_step=8", "rollout.max_new_tokens=8",
+        "eval_every=0", "progress=false", "tensorboard=false", "data.prompt_template=Q: {prompt}\nA:",
+        "data.max_prompt_tokens=128",
+    ])
+    with pytest.raises(ValueError) as e:
+        train(cfg, log=lambda *_: None)
+    msg = str(e.value)
+    assert msg.startswith(f"data.train ({bad}): 2 of 6 reference answers cannot be graded by the 'code' verifier")
+    assert "problem 't3' (row 3)" in msg and "problem 't4' (row 4)" in msg and "helper" in msg
+    assert not (out / "metrics.jsonl").exists()
+
+
+def test_xrpo_eval_refuses_a_malformed_reference_before_loading_the_model(code_env, tmp_path, capsys):
+    from xrpo.cli import main
+
+    rows = code_rows(4, "h")
+    rows[2]["tests"] = "[{\"input\": \"1\"}]"  # a test case without its expected output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "e"
+    rc = main(["eval", str(tmp_path / "no-model-here"), f"{bad}:name=B,answer=tests", "--verifier", "code",
+               "--n", "1", "--output", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert f"data B ({bad}): 1 of 4 reference answers cannot be graded by the 'code' verifier" in err
+    assert "problem 'h2' (row 2)" in err and not out.exists()

@@ -42,7 +42,9 @@ or inside ``extra_info``) that holds an object or a JSON-object string is merged
 `save_problems_jsonl` and `save_problems_verl_parquet` round-trip ``Problem.metadata``.
 
 Errors name the file and the record: ``line N`` (1-based, as an editor shows it) for JSONL, ``row N (0-based)`` for
-the other formats, which is the index ``datasets`` / pandas / pyarrow use.
+the other formats, which is the index ``datasets`` / pandas / pyarrow use. An error that suggests an argument writes
+it as Python (``answer_key='answers.0'``); a caller with its own syntax passes ``spelling`` (`xrpo eval` writes
+``file.jsonl:answer=answers.0``).
 """
 
 from __future__ import annotations
@@ -70,19 +72,25 @@ _ANSWER_KEYS = ("answer", "solution", "ground_truth")
 _MISSING = object()
 
 
+def python_spelling(arg: str, value: str | None) -> str:
+    """How an error message writes argument ``arg`` of `load_problems` (set to ``value`` when given): as Python."""
+    return arg if value is None else f"{arg}={value!r}"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Reading records
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _detect_format(path: Path) -> str:
+def _detect_format(path: Path, spell: Callable = python_spelling) -> str:
     if path.is_dir():
         return "datasets"
     suffix = path.suffix.lower()
     if suffix in _EXTENSIONS:
         return _EXTENSIONS[suffix]
     raise ValueError(
-        f"{path}: cannot tell the format from the extension {suffix!r}; pass fmt= one of {list(FORMATS)} "
+        f"{path}: cannot tell the format from the extension {suffix!r}; pass "
+        f"{' or '.join(spell('fmt', f) for f in FORMATS)} "
         f"(known extensions: {sorted(_EXTENSIONS)}, or a datasets save_to_disk directory)"
     )
 
@@ -99,12 +107,13 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
             yield f"line {lineno}", record
 
 
-def _iter_json(path: Path) -> Iterator[tuple[str, Any]]:
+def _iter_json(path: Path, spell: Callable = python_spelling) -> Iterator[tuple[str, Any]]:
     with open(path, encoding="utf-8") as f:
         try:
             data = json.load(f)
         except json.JSONDecodeError as e:
-            hint = " (it looks like JSON Lines: use a .jsonl extension or fmt='jsonl')" if e.msg == "Extra data" else ""
+            hint = (f" (it looks like JSON Lines: use a .jsonl extension or {spell('fmt', 'jsonl')})"
+                    if e.msg == "Extra data" else "")
             raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}){hint}") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of objects at the top level, got {type(data).__name__}")
@@ -182,7 +191,7 @@ def _root(key: str, record: dict) -> str:
     return key if key in record else key.split(".", 1)[0]
 
 
-def _answer_to_str(value: Any, where: str, key: str) -> str:
+def _answer_to_str(value: Any, where: str, key: str, spell: Callable = python_spelling) -> str:
     if isinstance(value, bool):
         raise DataError(f"{where}: field '{key}' must be a string or a number, got a boolean ({value})")
     if isinstance(value, str):
@@ -213,7 +222,7 @@ def _answer_to_str(value: Any, where: str, key: str) -> str:
                             "objects (test cases) or one reference answer")
         raise DataError(
             f"{where}: field '{key}' is a list of {len(value)} answers; xrpo needs one reference string: "
-            f"choose one with answer_key='{key}.0' or join them in the file"
+            f"choose one with {spell('answer_key', key + '.0')} or join them in the file"
         )
     raise DataError(f"{where}: field '{key}' must be a string or a number, got {type(value).__name__}")
 
@@ -319,10 +328,13 @@ def _find_key(record: dict, candidates: tuple[str, ...]) -> str | None:
 class _Layout:
     """Which fields of a record give each part of a Problem (decided from the first record)."""
 
-    def __init__(self, first: dict, where: str, path: Path, prompt_key, answer_key, id_key, layout=None) -> None:
+    def __init__(self, first: dict, where: str, path: Path, prompt_key, answer_key, id_key, layout=None,
+                 spell: Callable = python_spelling) -> None:
+        self.spell = spell
         if layout is not None:
             if layout != "generic" and layout not in LAYOUTS:
-                raise ValueError(f"layout: unknown layout {layout!r}; valid layouts: {[*LAYOUTS, 'generic']}")
+                raise ValueError(f"{spell('layout', None)}: unknown layout {layout!r}; "
+                                 f"valid layouts: {[*LAYOUTS, 'generic']}")
             named = LAYOUTS.get(layout)
         else:
             named = next((lay for lay in LAYOUTS.values() if lay.matches(first)), None)
@@ -333,14 +345,15 @@ class _Layout:
             if prompt_key is None:
                 raise DataError(
                     f"{path} {where}: no prompt field: expected one of {list(_PROMPT_KEYS)} or verl's 'prompt' "
-                    f"(or pass prompt_key=); fields present: {sorted(first)}"
+                    f"(or pass {spell('prompt_key', 'FIELD')}); fields present: {sorted(first)}"
                 )
         if answer_key is None:
             answer_key = named.answer_key if named is not None else _find_key(first, _ANSWER_KEYS)
             if answer_key is None:
                 raise DataError(
                     f"{path} {where}: no answer field: expected one of {list(_ANSWER_KEYS)} or verl's "
-                    f"'reward_model.ground_truth' (or pass answer_key=); fields present: {sorted(first)}"
+                    f"'reward_model.ground_truth' (or pass {spell('answer_key', 'FIELD')}); fields present: "
+                    f"{sorted(first)}"
                 )
         if named is not None and named.answer_transform is not None and answer_key == named.answer_key:
             self.transform = named.answer_transform
@@ -378,7 +391,7 @@ def _make_problem(record: Any, where: str, index: int, layout: _Layout, stem: st
         raise DataError(f"{where}: missing field '{layout.answer_key}' (the answer); fields present: {sorted(record)}")
     if layout.transform is not None:
         raw_answer = layout.transform(raw_answer, where, layout.answer_key)
-    answer = _answer_to_str(raw_answer, where, layout.answer_key)
+    answer = _answer_to_str(raw_answer, where, layout.answer_key, layout.spell)
 
     if layout.id_key is None:
         pid = f"{stem}-{index}"
@@ -462,40 +475,48 @@ def load_problems_with_layout(
     data_source: str | None = None,
     limit: int | None = None,
     layout: str | None = None,
+    spelling: Callable[[str, str | None], str] | None = None,
 ) -> tuple[list[Problem], dict]:
     """`load_problems`, also returning how the file was read: ``{"format", "layout", "prompt", "answer", "id"}``
-    (the format, the layout's name and the field each part came from)."""
+    (the format, the layout's name and the field each part came from).
+
+    ``spelling(arg, value)``: how error messages write argument ``arg`` (``fmt``, ``prompt_key``, ``answer_key``,
+    ``id_key``, ``layout``), set to ``value`` or (None) alone, for a caller whose users do not write Python
+    (default `python_spelling`: ``answer_key='x'``)."""
+    spell = spelling or python_spelling
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"load_problems: {path} does not exist")
     if fmt is None:
-        fmt = _detect_format(path)
+        fmt = _detect_format(path, spell)
     elif fmt not in FORMATS:
-        raise ValueError(f"fmt: unknown format {fmt!r}; valid formats: {list(FORMATS)}")
+        raise ValueError(f"{path}: {spell('fmt', None)}: unknown format {fmt!r}; valid formats: {list(FORMATS)}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit: expected a positive integer or None, got {limit!r}")
     for name, value in (("prompt_key", prompt_key), ("answer_key", answer_key), ("id_key", id_key)):
         if value is not None and (not isinstance(value, str) or not value):
-            raise ValueError(f"{name}: expected a non-empty field name or None, got {value!r}")
+            raise ValueError(f"{spell(name, None)}: expected a non-empty field name or None, got {value!r}")
     if data_source is not None and not isinstance(data_source, str):
         raise ValueError(f"data_source: expected a string or None, got {type(data_source).__name__}")
     if layout is not None and layout != "generic" and layout not in LAYOUTS:
-        raise ValueError(f"layout: unknown layout {layout!r}; valid layouts: {[*LAYOUTS, 'generic']}")
+        raise ValueError(f"{path}: {spell('layout', None)}: unknown layout {layout!r}; "
+                         f"valid layouts: {[*LAYOUTS, 'generic']}")
     if fmt != "datasets" and path.is_dir():
-        raise ValueError(f"{path}: is a directory, but fmt={fmt!r} expects a file")
+        raise ValueError(f"{path}: is a directory, but {spell('fmt', fmt)} expects a file")
     if fmt == "datasets" and not path.is_dir():
-        raise ValueError(f"{path}: fmt='datasets' expects a save_to_disk directory, got a file")
+        raise ValueError(f"{path}: {spell('fmt', 'datasets')} expects a save_to_disk directory, got a file")
 
     stem = path.name if path.is_dir() else path.stem
     problems: list[Problem] = []
     first_seen: dict[str, str] = {}
     lay: _Layout | None = None
-    for index, (pos, record) in enumerate(_READERS[fmt](path)):
+    records = _iter_json(path, spell) if fmt == "json" else _READERS[fmt](path)
+    for index, (pos, record) in enumerate(records):
         where = f"{path} {pos}"
         if lay is None:
             if not isinstance(record, dict):
                 raise DataError(f"{where}: expected an object with named fields, got {type(record).__name__}")
-            lay = _Layout(record, pos, path, prompt_key, answer_key, id_key, layout)
+            lay = _Layout(record, pos, path, prompt_key, answer_key, id_key, layout, spell)
         problem = _make_problem(record, where, index, lay, stem, data_source)
         if problem.id in first_seen:
             raise DataError(f"{where}: duplicate id {problem.id!r} (first seen at {first_seen[problem.id]})")

@@ -9,10 +9,11 @@ What it does, top to bottom:
                  the prompt template, chat template, system prompt, stop strings, verifier and held-out split).
     2. data      files (JSONL / JSON / parquet / datasets directories, named layouts detected: see
                  `xrpo.data.loaders`), "champ" (`xrpo.data.benchmarks`) or "default" (the training task's held-out
-                 split). A spec may carry its own options: ``path:name=AIME24,prompt=Problem,answer=Answer,id=ID``.
-    3. resume    settings.json in the output directory fixes every setting that changes the samples; a second run in
-                 the same directory refuses different ones, reads per_problem/<dataset>.jsonl and samples only the
-                 problems not there yet.
+                 split). A spec may carry its own options: ``path:name=AIME24,prompt=Problem,answer=Answer,id=ID``;
+                 they override ``column_map``'s key by key.
+    3. resume    settings.json in the output directory fixes every setting that changes the samples or their grading;
+                 a second run in the same directory refuses different ones, reads per_problem/<dataset>.jsonl, checks
+                 each saved problem's reference answer and prompt hash, and samples only the problems not there yet.
     4. sampling  `xrpo.rollout.validate.sample_and_score` in chunks of problems, each chunk with its own seed; each
                  verified chunk is appended to per_problem/<dataset>.jsonl and flushed before the next one starts.
     5. outputs   results.json (every figure, the settings, per-problem n, c, parsed answers, verdicts, lengths),
@@ -25,6 +26,7 @@ returns a corpus problem with the query's id or text.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -43,12 +45,17 @@ PROMPT_TEMPLATES = {
 }
 """Named prompt templates for ``prompt_template`` (the "boxed" one is the Qwen2.5-Math instruction)."""
 
-SETTINGS_VERSION = 1
-# settings that change the samples: a resumed run must match them (the rest may change between runs)
-_SAMPLE_SETTINGS = ("model", "checkpoint", "gguf_file", "dtype", "n", "greedy", "temperature", "top_p",
-                    "max_new_tokens", "stop", "seed", "prompt_template", "chat_template", "system_prompt",
-                    "icl_corpus", "icl_k", "icl_style", "embedder", "max_prompt_tokens", "verifier")
+SETTINGS_VERSION = 2
+# settings that change the samples or their grading: a resumed run must match them (the rest may change between
+# runs). engine: another sampler implementation and its numerics, as dtype; chunk_size: with seed, which seed each
+# problem samples with (chunk c of a dataset draws from seed (seed, dataset, c)).
+_SAMPLE_SETTINGS = ("model", "checkpoint", "gguf_file", "dtype", "engine", "n", "greedy", "temperature", "top_p",
+                    "max_new_tokens", "stop", "seed", "chunk_size", "prompt_template", "chat_template",
+                    "system_prompt", "icl_corpus", "icl_corpus_sha", "icl_k", "icl_style", "embedder",
+                    "max_prompt_tokens", "verifier", "verifier_args")
 _SPEC_KEYS = {"name", "prompt", "answer", "id", "layout", "format"}
+# how a data spec writes each argument of xrpo.data.load_problems_with_layout (for its error messages)
+_SPEC_NAMES = {"prompt_key": "prompt", "answer_key": "answer", "id_key": "id", "layout": "layout", "fmt": "format"}
 
 
 @dataclass
@@ -106,19 +113,20 @@ class EvalConfig:
     """Keyword arguments of the verifier as a YAML mapping, e.g. "{timeout: 2, workers: 4}" for code (default: the
     run's data.verifier_args, else none)."""
     column_map: str | None = None
-    """Field mapping for every dataset that has none of its own: prompt=Problem,answer=Answer,id=ID."""
+    """Field mapping for every dataset file, e.g. prompt=Problem,answer=Answer,id=ID (keys prompt, answer, id,
+    layout, format); a dataset's own options (path:answer=X) override it key by key."""
     limit: int | None = None
     """Evaluate only the first N problems of each dataset (smoke runs; raise it later in the same --output to
     extend the run)."""
     output: str | None = None
     """Output directory (default evals/<timestamp>); re-running the same command in it resumes."""
     engine: str = "hf"
-    """Rollout engine: hf (transformers; CPU or GPU) or vllm (GPU, the `vllm` extra)."""
+    """Rollout engine: hf (transformers; CPU or GPU) or vllm (GPU, the `vllm` extra). Fixed for a resumed run."""
     batch_size: int | None = None
     """Most sequences per generate call of the hf engine (default: the run's rollout.max_batch_size, else 256)."""
     chunk_size: int | None = None
     """Problems per engine call and per append to the per-problem files (default max(1, 512 // n); 4096 // n with
-    vllm). Part of what fixes the samples: keep it when resuming for results identical to one uninterrupted run."""
+    vllm). With --seed it fixes each problem's sampling seed, so a resumed run must keep it."""
     dtype: str | None = None
     """Parameter dtype: float32 or bfloat16 (default: the run's model.dtype, else float32)."""
     gguf_file: str | None = None
@@ -201,17 +209,31 @@ def _parse_mapping(text: str, where: str) -> dict[str, str]:
     return out
 
 
+_BUILTIN_DATA = ("champ", "default")
+
+
 def parse_data_spec(spec: str, column_map: str | None = None) -> DataSpec:
-    """``SOURCE`` or ``SOURCE:key=value,...`` (keys name, prompt, answer, id, layout, format); ``column_map`` applies
-    when the spec has no options of its own."""
+    """``SOURCE`` or ``SOURCE:key=value,...`` (keys name, prompt, answer, id, layout, format). ``column_map`` (the
+    same keys but name) applies to every file; the spec's own options override it key by key. The built-in datasets
+    (champ, default) take name only, and no column map."""
     source, opts = spec, None
     if ":" in spec:
         head, tail = spec.rsplit(":", 1)
         if re.match(r"^\s*\w+\s*=", tail) and head:
             source, opts = head, tail
-    mapping = _parse_mapping(opts, f"data spec {spec!r}") if opts else {}
-    if not opts and column_map:
-        mapping = _parse_mapping(column_map, "--column-map")
+    shared = _parse_mapping(column_map, "--column-map") if column_map else {}
+    if "name" in shared:
+        raise ValueError("--column-map: 'name' would give every dataset the same name; name one dataset with "
+                         "DATA:name=NAME")
+    own = _parse_mapping(opts, f"data spec {spec!r}") if opts else {}
+    if source in _BUILTIN_DATA:
+        fields = sorted(set(own) - {"name"})
+        if fields:
+            raise ValueError(f"data spec {spec!r}: {source} is a built-in dataset with fixed fields; it takes only "
+                             f"name=, got {', '.join(f + '=' for f in fields)}")
+        mapping = own  # the column map is for files
+    else:
+        mapping = {**shared, **own}
     return DataSpec(source=source, name=mapping.get("name"), prompt_key=mapping.get("prompt"),
                     answer_key=mapping.get("answer"), id_key=mapping.get("id"), layout=mapping.get("layout"),
                     fmt=mapping.get("format"))
@@ -380,23 +402,42 @@ def evaluate(cfg: EvalConfig, *, log: Callable[[str], None] = print,
     # -------- 3. output directory, settings, finished problems
     out = Path(cfg.output or Path("evals") / datetime.now().strftime("%Y%m%d-%H%M%S"))
     _check_settings(out / "settings.json", settings)
-    done: dict[str, dict[int, dict]] = {}
+    from xrpo.rewards import get_verifier, raise_reference_errors
+
+    # a reference the verifier cannot grade (e.g. code tests that do not parse) would score every sample 0
+    verifier = get_verifier(settings["verifier"], **settings.get("verifier_args", {}))
     for name, spec, problems, _ in datasets:
-        saved = _read_records(out / "per_problem" / f"{_slug(name)}.jsonl", log)
+        raise_reference_errors(verifier, problems, f"data {name} ({spec.source})")
+    done: dict[str, dict[int, dict]] = {}
+    prompt_shas: dict[str, dict[str, str]] = {}
+    for name, spec, problems, _ in datasets:
+        per_file = out / "per_problem" / f"{_slug(name)}.jsonl"
+        saved = _read_records(per_file, log)
         index = {p.id: i for i, p in enumerate(problems)}
-        mine = {}
+        shas = prompt_shas[name] = {p.id: _prompt_sha(p) for p in problems}
+        mine, unhashed = {}, 0
         for pid, rec in saved.items():
             if pid not in index:
                 continue  # e.g. a smaller --limit than before: kept in the file, left out of the figures
             i = index[pid]
             if rec.get("reference") != problems[i].answer:
                 raise ValueError(
-                    f"{out / 'per_problem' / (_slug(name) + '.jsonl')}: problem {pid!r} was graded against reference "
+                    f"{per_file}: problem {pid!r} was graded against reference "
                     f"{rec.get('reference')!r} but {spec.source} now gives {problems[i].answer!r}; use another --output"
                 )
+            if "prompt_sha" not in rec:
+                unhashed += 1  # written before records carried the hash: its prompt is unknown
+            elif rec["prompt_sha"] != shas[pid]:
+                raise ValueError(
+                    f"{per_file}: problem {pid!r} of dataset {name} was sampled from another prompt than the one "
+                    f"{spec.source} now gives (prompt_sha saved {rec['prompt_sha']!r}, now {shas[pid]!r}: another "
+                    f"prompt field or file?); re-run with the saved prompt field, or use another --output")
             if rec.get("n") != n:
                 raise ValueError(f"{out}: problem {pid!r} of {name} holds {rec.get('n')} samples, expected n={n}")
             mine[i] = rec
+        if unhashed:
+            log(f"{per_file}: {unhashed} saved problems have no prompt_sha (written by an older xrpo): their prompts "
+                f"cannot be checked against {spec.source}")
         done[name] = mine
     todo = sum(len(p) - len(done[name]) for name, _, p, _ in datasets)
     resumed = sum(len(d) for d in done.values())
@@ -406,17 +447,19 @@ def evaluate(cfg: EvalConfig, *, log: Callable[[str], None] = print,
     # -------- 4. sampling
     records_by_ds: dict[str, list[dict]] = {}
     if todo:
-        engine, verifier, renderer, corpus = _build(cfg, rm, settings, log)
+        engine, renderer, corpus = _build(cfg, rm, settings, log)
         stop = tuple(settings["stop"])
         # written once everything loaded: a typo in a model path or verifier name leaves no settings behind
         _save_settings(out, settings)
-        chunk = cfg.chunk_size or max(1, (4096 if cfg.engine == "vllm" else 512) // n)
+        chunk = settings["chunk_size"]
         for name, spec, problems, _ in datasets:
             if len(done[name]) == len(problems):
                 continue
-            prompts, extra = None, {}
+            prompts, extra = None, {pid: {"prompt_sha": sha} for pid, sha in prompt_shas[name].items()}
             if corpus is not None:
-                prompts, extra = _icl_prompts(problems, renderer, corpus, cfg.icl_k)
+                prompts, shown = _icl_prompts(problems, renderer, corpus, cfg.icl_k)
+                for pid, fields in shown.items():
+                    extra[pid].update(fields)
             over = _over_context(problems, prompts, renderer, engine, settings["max_new_tokens"], done[name], n)
             if over:
                 # the model cannot read these: every sample counts as wrong, so the denominator stays the benchmark's
@@ -518,8 +561,14 @@ def _load_data(spec: DataSpec, base, limit: int | None) -> tuple[list[Problem], 
         raise FileNotFoundError(
             f"data {spec.source}: no such file or directory. A hub dataset? xrpo reads local copies: save one with "
             f"datasets.load_dataset('{spec.source}', split='test').save_to_disk(DIR) (or to_parquet) and pass DIR")
+    def spell(arg: str, value: str | None) -> str:
+        # errors name the data spec option to write, not load_problems' keyword
+        name = _SPEC_NAMES.get(arg, arg)
+        return name if value is None else f"{spec.source}:{name}={value}"
+
     return load_problems_with_layout(spec.source, fmt=spec.fmt, prompt_key=spec.prompt_key,
-                                     answer_key=spec.answer_key, id_key=spec.id_key, layout=spec.layout, limit=limit)
+                                     answer_key=spec.answer_key, id_key=spec.id_key, layout=spec.layout, limit=limit,
+                                     spelling=spell)
 
 
 def _default_heldout(base, limit):
@@ -585,18 +634,45 @@ def _settings(cfg: EvalConfig, rm: ResolvedModel, n: int, is_default_model: bool
         "chat_template": cfg.chat_template if cfg.chat_template is not None else base.model.use_chat_template,
         "system_prompt": cfg.system_prompt if cfg.system_prompt is not None else base.model.system_prompt,
         "icl_corpus": str(Path(cfg.icl_corpus).resolve()) if cfg.icl_corpus else None,
+        "icl_corpus_sha": _corpus_sha(Path(cfg.icl_corpus)) if cfg.icl_corpus else None,
         "icl_k": cfg.icl_k if cfg.icl_corpus else None,
         "icl_style": (cfg.icl_style or base.rollout.icl_style) if cfg.icl_corpus else None,
         "embedder": (cfg.embedder or base.rollout.embedder) if cfg.icl_corpus else None,
         "max_prompt_tokens": int(max_prompt),
         "verifier": cfg.verifier or base.data.verifier,
         "verifier_args": _verifier_args(cfg.verifier_args, base.data.verifier_args),
-        # execution settings: recorded, free to change between runs
         "engine": cfg.engine,
+        "chunk_size": cfg.chunk_size or _default_chunk_size(cfg.engine, n),
+        # execution settings: recorded, free to change between runs
         "batch_size": cfg.batch_size or base.rollout.max_batch_size,
-        "chunk_size": cfg.chunk_size,
         "run_dir": rm.run_dir,
     }
+
+
+def _default_chunk_size(engine: str, n: int) -> int:
+    # vLLM schedules a large batch itself; the hf engine's generate calls are split by --batch-size anyway
+    return max(1, (4096 if engine == "vllm" else 512) // n)
+
+
+def _corpus_sha(path: Path) -> str:
+    """What a test-time ICL corpus shows: its JSONL, or a saved corpus directory's entries and meta (the embeddings
+    and index follow from them and the embedder, a setting of its own). First 16 hex digits of a SHA-256."""
+    files = [path / "meta.json", path / "entries.jsonl"] if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"--icl-corpus {path}: {f} not found: not a JSONL file or a saved ICL corpus")
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _prompt_sha(problem: Problem) -> str:
+    """The problem's prompt as the dataset gives it (text, or chat messages as JSON), first 16 hex digits of a
+    SHA-256. The rest of what the model reads (template, chat template, system prompt, test-time ICL) is in
+    settings.json."""
+    text = problem.prompt if isinstance(problem.prompt, str) else json.dumps(problem.prompt, ensure_ascii=False,
+                                                                             sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _verifier_args(text: str | None, default: dict) -> dict:
@@ -624,6 +700,11 @@ def _check_settings(path: Path, settings: dict) -> None:
         saved = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e}); use another --output") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path}: expected a JSON object of settings, got {type(saved).__name__}; "
+                         "use another --output")
+    if saved.get("version") == 1:
+        saved = _settings_from_v1(saved, settings)
     diff = [f"{k}: saved {saved.get(k)!r}, now {settings.get(k)!r}" for k in ("version", *_SAMPLE_SETTINGS)
             if saved.get(k) != settings.get(k)]
     if diff:
@@ -631,19 +712,28 @@ def _check_settings(path: Path, settings: dict) -> None:
                          "re-run with the saved settings to resume it, or use another --output")
 
 
+def _settings_from_v1(saved: dict, settings: dict) -> dict:
+    """Version 1 recorded the engine, chunk size and verifier arguments of the latest run without checking them (a
+    chunk size of None meant the default) and no hash of the ICL corpus, which is then taken as unchanged."""
+    saved = dict(saved, version=SETTINGS_VERSION, icl_corpus_sha=settings.get("icl_corpus_sha"))
+    saved.setdefault("verifier_args", {})  # written before --verifier-args existed: the verifier took none
+    if saved.get("chunk_size") is None and isinstance(saved.get("n"), int) and saved["n"] >= 1:
+        saved["chunk_size"] = _default_chunk_size(saved.get("engine", "hf"), saved["n"])
+    return saved
+
+
 def _save_settings(out: Path, settings: dict) -> None:
-    # the execution settings (engine, batch and chunk size) may change between runs: the latest are recorded
+    # the execution settings (batch size, run directory) may change between runs: the latest are recorded
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / "settings.json", json.dumps(settings, indent=1))
 
 
 def _build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
-    """Model, tokenizer, renderer, engine, verifier and (test-time ICL) corpus, through the trainer's own builders."""
+    """Model, tokenizer, renderer, engine and (test-time ICL) corpus, through the trainer's own builders."""
     import copy
 
     import torch
 
-    from xrpo.rewards import get_verifier
     from xrpo.trainer.setup import build_engine, load_model, make_renderer
 
     base = copy.deepcopy(rm.run_cfg)
@@ -663,7 +753,6 @@ def _build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
     threads = cfg.threads or (1 if base.model.path == "default" else None)
     if threads:
         torch.set_num_threads(threads)
-    verifier = get_verifier(settings["verifier"], **settings.get("verifier_args", {}))
     if cfg.engine == "vllm":
         engine, tokenizer = _vllm_engine(rm, settings, cfg.seed)
     else:
@@ -683,7 +772,7 @@ def _build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
         src = Path(cfg.icl_corpus)
         corpus = ICLCorpus.load(src, emb) if src.is_dir() else ICLCorpus.from_jsonl(src, emb)
         log(f"test-time ICL: {len(corpus)} solved problems from {src}, {cfg.icl_k} examples per prompt")
-    return engine, verifier, renderer, corpus
+    return engine, renderer, corpus
 
 
 def _vllm_engine(rm: ResolvedModel, settings: dict, seed: int):
