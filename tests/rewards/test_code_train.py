@@ -1,7 +1,9 @@
 """The code verifier in the loop: `xrpo train` on a small code dataset, and held-out scoring through the real HF engine.
 
-The tiny random model writes no code, so rewards are 0; these tests check that a code dataset goes through the whole
-pipeline (loader -> renderer -> engine -> sandboxed verifier -> logs) and that verdict reasons are recorded.
+The tiny random model writes no code, so its rewards are 0: those tests check that a code dataset goes through the
+whole pipeline (loader -> renderer -> engine -> sandboxed verifier -> logs) and that verdict reasons are recorded. A
+second tiny model, fine-tuned to write a right or an off-by-one program, gives groups with both rewards, so training
+with code rewards is checked with a learning signal too.
 """
 
 from __future__ import annotations
@@ -174,3 +176,73 @@ def test_xrpo_eval_refuses_a_malformed_reference_before_loading_the_model(code_e
     assert rc == 2, err
     assert f"data B ({bad}): 1 of 4 reference answers cannot be graded by the 'code' verifier" in err
     assert "problem 'h2' (row 2)" in err and not out.exists()
+
+
+SUM_OK = "```python\nprint(sum(map(int, input().split())))\n```"
+SUM_WRONG = "```python\nprint(sum(map(int, input().split())) + 1)\n```"
+
+
+@pytest.fixture(scope="module")
+def coder_env(tmp_path_factory):
+    """A tiny model fine-tuned to answer the stdin a+b problems with a correct or an off-by-one program, half each: its
+    rollouts earn rewards of 1 and 0 within one group, so GRPO, ICL and sharpening have signal to work on."""
+    import torch
+
+    root = tmp_path_factory.mktemp("coder_env")
+    rows = [r for r in code_rows(16, "t") if r["id"][1:].isdigit() and int(r["id"][1:]) % 2]  # stdin problems
+    tok = build_tiny_tokenizer([SUM_OK, SUM_WRONG] * 10 + [r["question"] for r in rows] + ["Q: A:"])
+    model = build_tiny_model(tok, d_model=32, layers=2, heads=2, ffn=64, seed=0)
+    seqs = []
+    for r in rows:
+        p = tok(f"Q: {r['question']}\nA:", add_special_tokens=False)["input_ids"]
+        for sol in (SUM_OK, SUM_WRONG):
+            a = tok(" " + sol, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            seqs.append((p + a, [-100] * len(p) + a))
+    width = max(len(i) for i, _ in seqs)
+    ids = torch.full((len(seqs), width), tok.pad_token_id)
+    labels = torch.full((len(seqs), width), -100)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for b, (i, lab) in enumerate(seqs):
+        ids[b, :len(i)], labels[b, :len(lab)], mask[b, :len(i)] = torch.tensor(i), torch.tensor(lab), 1
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(80):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
+    (root / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[6:]))
+    return root
+
+
+def test_train_on_code_with_rewards_that_vary(coder_env, tmp_path):
+    """`xrpo train` with the code verifier where the model writes programs: passing and failing rollouts in the same
+    group, so the step has non-zero advantages, the corpus keeps the verified programs, the sandbox's verdicts are
+    logged, and the held-out pass@1 is that of the programs' verdicts."""
+    out = tmp_path / "run"
+    cfg = build_config(None, [
+        f"output={out}", "steps=2", "method.name=xrpo", f"model.path={coder_env / 'model'}",
+        f"data.train={coder_env / 'train.jsonl'}", f"data.heldout={coder_env / 'heldout.jsonl'}",
+        "data.answer_key=tests", "data.verifier=code",
+        "data.verifier_args={timeout: 2, sample_timeout: 10, memory_mb: 256, workers: 2}",
+        "rollout.prompts_per_step=4", "rollout.rollouts_per_step=24", "method.n_base=4",
+        "rollout.max_new_tokens=40", "rollout.embedder=hash", "eval_samples=4", "eval_k=[1,4]", "eval_every=0",
+        "save_every=0", "log_samples_every=1", "progress=false", "tensorboard=false", "optim.lr=1e-3",
+        "optim.micro_batch_tokens=512", "data.prompt_template=Q: {prompt}\nA:", "data.max_prompt_tokens=128",
+    ])
+    summary = train(cfg, log=lambda *_: None)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    # the model's two programs, graded by running them: the right one passes, the off-by-one fails its tests
+    graded = {(s["completion"].strip(), s["reward"], s["reason"]) for s in samples}
+    assert (SUM_OK, 1.0, None) in graded and (SUM_WRONG, 0.0, "wrong_answer") in graded
+    for r in rows:
+        assert 0.0 < r["rollout/reward_mean"] < 1.0 and r["adv/abs_mean"] > 0.0
+        assert r["rollout/zero_variance_group_frac"] < 1.0
+    # verified programs join the ICL corpus (Alg. 1 line 15)
+    assert rows[-1]["icl/corpus_solutions"] > 0
+    assert 0.0 < summary["pass@1_before"] < 1.0 and 0.0 < summary["pass@1_after"] < 1.0
