@@ -2,9 +2,9 @@
 
     # the paper's data (§4.1): "randomly sampling 10K examples from ... DAPO-Math-17k", evaluated on AIME
     python examples/verl/prepare_data.py --train dapo_math_17k.parquet --train-limit 10000 \
-        --val aime25.jsonl --out ~/data/xrpo
+        --val aime25.jsonl --out $HOME/data/xrpo
     # offline, no download: xrpo's built-in arithmetic task (what the GPU smoke test trains on)
-    python examples/verl/prepare_data.py --task default --out ~/data/xrpo-default
+    python examples/verl/prepare_data.py --task default --out $HOME/data/xrpo-default
 
 Inputs: JSONL / JSON / parquet (verl's layout included) / `datasets` directories, read by `xrpo.data.load_problems`
 (field detection, clear errors naming file and row). Outputs ``train.parquet`` and ``val.parquet`` in ``--out``,

@@ -77,7 +77,17 @@ def test_verl_and_xrpo_validation_pass_on_cpu():
     (("actor_rollout_ref.rollout.n=2",), "XRPO budget: 32 rollouts per step"),  # 16 x 2 < 16 x n_base (4)
     (("trainer.use_v1=true",), "trainer.use_v1 must be false"),
     (("algorithm.adv_estimator=grpo",), "needs 'xrpo'"),
-    (("algorithm.rollout_correction.bypass_mode=true",), "bypass_mode=true"),
+    # settings RayXRPOTrainer.fit would drop silently: refused, naming the key
+    (("algorithm.rollout_correction.bypass_mode=true",), "algorithm.rollout_correction.bypass_mode=true is not"),
+    (("algorithm.rollout_correction.bypass_mode=true", "algorithm.xrpo.icl_train_prompt=icl"),
+     "algorithm.rollout_correction.bypass_mode=true is not"),
+    (("algorithm.rollout_correction.bypass_mode=true", "algorithm.xrpo.icl=false"), "bypass_mode=true is not"),
+    (("algorithm.rollout_correction.rollout_is=token",), "algorithm.rollout_correction.rollout_is='token' is not"),
+    (("algorithm.rollout_correction.rollout_rs=seq_mean_k3", "algorithm.rollout_correction.rollout_rs_threshold=2.0"),
+     "algorithm.rollout_correction.rollout_rs='seq_mean_k3' is not"),
+    (("skip.rollout.enable=true",), "skip.rollout.enable=true (verl's rollout-skip replay) is not"),
+    (("skip.async_rollout.enable=true",), "skip.async_rollout.enable=true"),
+    (("trainer.critic_warmup=5",), "trainer.critic_warmup=5 needs a critic"),
     (("algorithm.filter_groups.enable=true",), "filter_groups"),
     (("reward.reward_model.enable=true",), "enable_resource_pool"),
 ])
@@ -90,9 +100,10 @@ def test_cross_section_checks(overrides, words):
 def test_rollouts_per_step_override_and_icl_prompt_choice_relax_checks():
     cfg = compose(*CPU_VALID, "algorithm.xrpo.rollouts_per_step=100")
     assert rollouts_per_step(cfg, validate_xrpo_config(cfg)) == 100
-    # bypass mode is fine when ICL rows are trained under the prompt they were sampled from
-    validate_xrpo_config(compose(*CPU_VALID, "algorithm.rollout_correction.bypass_mode=true",
-                                 "algorithm.xrpo.icl_train_prompt=icl"))
+    # verl's default rollout_correction block (metrics only: no IS, no RS, no bypass) and skip block pass
+    cfg = compose(*CPU_VALID, "algorithm.xrpo.icl_train_prompt=icl")
+    assert cfg.algorithm.rollout_correction.rollout_is is None and cfg.skip.rollout.enable is False
+    assert validate_xrpo_config(cfg).icl_train_prompt == "icl"
 
 
 @pytest.mark.parametrize("name, prompts, budget, rounds, prompt_len, response_len", [
@@ -111,6 +122,36 @@ def test_paper_recipes_compose_and_validate(name, prompts, budget, rounds, promp
     assert x.embedder == "Qwen/Qwen3-Embedding-8B" and (x.lam_nov, x.kappa_clip, x.icl_k) == (2.5, 0.5, 2)
     # the whole step is one on-policy mini-batch
     assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == prompts
+
+
+@pytest.mark.parametrize("name", ["xrpo_qwen3_1p7b", "xrpo_qwen2p5_7b_instruct"])
+def test_recipe_data_paths_resolve_to_files_verl_loads(name, tmp_path, monkeypatch, tiny_tokenizer):
+    # verl expands no "~" (its create_rl_dataset raised FileNotFoundError for '.../~/data/xrpo/train.parquet'):
+    # the recipes use ${oc.env:HOME}, which OmegaConf resolves where XRPOTaskRunner.run resolves the config
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    from xrpo.data import Problem, save_problems_verl_parquet
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = tmp_path / "data" / "xrpo"
+    probs = [Problem(id=f"p{i}", prompt=f"What is {i} + 1?", answer=str(i + 1)) for i in range(3)]
+    save_problems_verl_parquet(probs, data / "train.parquet")
+    save_problems_verl_parquet(probs[:2], data / "val.parquet")
+    cfg = load_config(EXAMPLES / f"{name}.yaml")
+    OmegaConf.resolve(cfg)  # as XRPOTaskRunner.run does before building the datasets
+    assert (cfg.data.train_files, cfg.data.val_files) == (str(data / "train.parquet"), str(data / "val.parquet"))
+    train = create_rl_dataset(cfg.data.train_files, cfg.data, tiny_tokenizer, None, is_train=True)
+    val = create_rl_dataset(cfg.data.val_files, cfg.data, tiny_tokenizer, None, is_train=False)
+    assert len(train) == 3 and len(val) == 2
+    assert train[0]["extra_info"]["index"] == "p0" and train[2]["reward_model"]["ground_truth"] == "3"
+
+
+def test_docs_and_recipes_use_no_tilde_paths():
+    # bash leaves "~" unexpanded after "key=", and verl does not expand it either
+    for path in [ROOT / "docs" / "verl.md", *EXAMPLES.glob("*.yaml"), *EXAMPLES.glob("*.sh"), *EXAMPLES.glob("*.py")]:
+        text = path.read_text()
+        assert "=~/" not in text and " ~/" not in text and ": ~/" not in text, path
 
 
 @pytest.mark.slow  # two `xrpo verl --check` processes, each importing verl

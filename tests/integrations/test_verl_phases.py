@@ -20,12 +20,14 @@ from xrpo.integrations.verl.phases import (  # noqa: E402
     check_icl_prompts,
     finish_round,
     icl_messages,
+    mark_padding,
     merge_rounds,
     problem_id,
     problem_text,
     rewards_by_prompt,
     round_counts,
     round_gen_batch,
+    rows_sampled_as_trained,
 )
 from xrpo.algo.allocation import allocate_round, split_budget  # noqa: E402
 
@@ -62,7 +64,8 @@ def sizes(batch: DataProto) -> dict:
 def test_pad_appends_rows_that_train_nothing():
     b = rollout_batch({"a": [1, 0, 1], "b": [0, 1], "c": [1, 1, 1, 1]})  # 9 rows
     out, info = align_batch(b, 4, "pad")
-    assert len(out) == 12 and info == {"batch/pad_rows": 3.0, "batch/trimmed_rows": 0.0, "batch/trimmed_groups": 0.0}
+    assert len(out) == 12 and info == {"batch/pad_rows": 3.0, "batch/pad_frac": 0.25, "batch/trimmed_rows": 0.0,
+                                       "batch/trimmed_groups": 0.0}
     pad = out.non_tensor_batch[PAD_KEY]
     assert pad.tolist() == [False] * 9 + [True] * 3
     assert not out.batch["response_mask"][pad].any() and not out.batch["rm_scores"][pad].any()
@@ -75,7 +78,8 @@ def test_pad_appends_rows_that_train_nothing():
 def test_aligned_batch_is_untouched():
     b = rollout_batch({"a": [1, 0], "b": [0, 1]})
     out, info = align_batch(b, 4, "trim")
-    assert len(out) == 4 and info["batch/pad_rows"] == 0 and not out.non_tensor_batch[PAD_KEY].any()
+    assert len(out) == 4 and info["batch/pad_rows"] == 0 and info["batch/pad_frac"] == 0
+    assert not out.non_tensor_batch[PAD_KEY].any()
 
 
 def test_trim_drops_whole_zero_variance_groups_first():
@@ -84,7 +88,8 @@ def test_trim_drops_whole_zero_variance_groups_first():
     b = rollout_batch({"m": [1, 0], "z3": [0, 0, 0], "z4": [1, 1, 1, 1]})
     out, info = align_batch(b, 4, "trim")
     assert len(out) == 8
-    assert info == {"batch/pad_rows": 2.0, "batch/trimmed_rows": 3.0, "batch/trimmed_groups": 1.0}
+    assert info == {"batch/pad_rows": 2.0, "batch/pad_frac": 0.25, "batch/trimmed_rows": 3.0,
+                    "batch/trimmed_groups": 1.0}
     real = {u: c for u, c in sizes(out).items() if not u.startswith("xrpo-pad")}
     assert real == {"m": 2, "z4": 4}  # no group lost a single rollout: kept whole or dropped whole
 
@@ -104,6 +109,46 @@ def test_align_rejects_bad_arguments():
         align_batch(b, 4, "cut")
     with pytest.raises(ValueError, match="multiple"):
         align_batch(b, 0)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                  "seq-mean-token-sum-norm"])
+def test_padding_rows_in_verls_loss_aggregation(mode):
+    # verl's agg_loss as its actor calls it: global_batch_size = ppo_mini_batch_size * rollout.n (here the 16 rows
+    # of the padded mini-batch), batch_num_tokens = the mini-batch's masked-in tokens. 14 real rows + 2 padding.
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    b = rollout_batch({f"g{i}": [1, 0] for i in range(7)})  # 14 rows
+    out, info = align_batch(b, 16, "pad")
+    assert info["batch/pad_rows"] == 2 and info["batch/pad_frac"] == 2 / 16
+    mask = out.batch["response_mask"].float()
+    loss_mat = torch.rand(mask.shape, generator=torch.Generator().manual_seed(0))
+    real = ~out.non_tensor_batch[PAD_KEY]
+    padded = agg_loss(loss_mat, mask, mode, global_batch_size=len(out), batch_num_tokens=mask.sum())
+    # the same loss over the real rows alone: what the step would get without padding
+    alone = agg_loss(loss_mat[real], mask[real], mode, global_batch_size=int(real.sum()),
+                     batch_num_tokens=mask[real].sum())
+    if mode == "token-mean":
+        torch.testing.assert_close(padded, alone)  # padding rows add no token: neutral
+    else:
+        # seq-mean divides by the fixed 16: the loss is scaled by 14 / 16 = 1 - pad_frac (docs/verl.md)
+        torch.testing.assert_close(padded, alone * (1 - info["batch/pad_frac"]))
+
+
+def test_rows_sampled_as_trained_leave_out_padding_and_icl_rows_trained_under_the_original_prompt():
+    b = rollout_batch({"a": [1, 0, 1], "b": [0, 1]})
+    b.non_tensor_batch[SEEDED_KEY] = np.array([False, False, True, False, True])
+    out, _ = align_batch(b, 8, "pad")  # 3 padding rows
+    assert rows_sampled_as_trained(out, "original").tolist() == [0, 1, 3]
+    assert rows_sampled_as_trained(out, "icl").tolist() == [0, 1, 2, 3, 4]
+
+
+def test_mark_padding_blanks_the_copied_reward_extras_in_a_dump():
+    pad = np.array([False, False, True])
+    extras = {"score": np.array([1.0, 0.0, 1.0]), "pred": np.array(["5", "x", "5"], dtype=object)}
+    out = mark_padding(extras, pad)
+    assert out == {"score": [1.0, 0.0, None], "pred": ["5", "x", None], PAD_KEY: [False, False, True]}
+    assert extras["score"][2] == 1.0  # the batch's own arrays are untouched
 
 
 # ------------------------------------------------------------------ allocation and generation batches

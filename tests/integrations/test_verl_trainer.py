@@ -26,7 +26,7 @@ from xrpo.algo.allocation import allocate_round  # noqa: E402
 from xrpo.data import Problem, save_problems_verl_parquet  # noqa: E402
 from xrpo.integrations.verl.main import load_config  # noqa: E402
 from xrpo.integrations.verl.phases import PAD_KEY, ROUND_KEY, SEEDED_KEY, align_batch, plan_result  # noqa: E402
-from xrpo.integrations.verl.trainer import RayXRPOTrainer, minibatch_multiple  # noqa: E402
+from xrpo.integrations.verl.trainer import RayXRPOTrainer, minibatch_multiple, pads_scale_the_loss  # noqa: E402
 from xrpo.rollout.planner import rollout_metrics, update_corpus  # noqa: E402
 
 PROMPTS = 4
@@ -147,6 +147,16 @@ def test_icl_rows_generate_from_the_icl_prompt_and_store_the_configured_one(tmp_
             assert "<examples>" in text and not torch.equal(prompts[i], prompts[plain])
     # ICL-seeded rows share their group (uid) with the prompt's plain rows
     assert {row_uid[i] for i in np.flatnonzero(seeded)} <= set(row_uid[~seeded])
+    # verl's rollout-vs-actor diagnostics: the actor's old log-probs equal the sampler's on the plain rows; on an ICL
+    # row trained under its original prompt they belong to another prompt (shifted here), so only an "icl" run may
+    # compare them
+    merged.batch["old_log_probs"] = merged.batch["rollout_log_probs"] + torch.from_numpy(seeded)[:, None].float()
+    diag = trainer._mismatch_metrics(merged)
+    assert diag["training/rollout_probs_diff_valid"] == 1
+    if train_prompt == "original":
+        assert diag["training/rollout_probs_diff_max"] == 0.0  # the seeded rows are left out
+    else:
+        assert diag["training/rollout_probs_diff_max"] > 0.0  # a probability difference: e^(lp + 1) - e^lp
 
 
 def test_ragged_step_is_padded_to_the_minibatch_and_advantages_use_old_log_probs(tmp_path, tiny_llama_dir):
@@ -175,6 +185,22 @@ def test_ragged_step_is_padded_to_the_minibatch_and_advantages_use_old_log_probs
         rows = aligned.non_tensor_batch["uid"] == u
         flat = r[rows].max() == r[rows].min()
         assert (not adv[rows].any()) if flat else adv[rows].abs().sum() > 0
+
+
+@pytest.mark.parametrize("agg, loss_mode, scaled", [
+    ("token-mean", "vanilla", False), ("token-sum", "vanilla", False), ("seq-mean-token-mean", "vanilla", True),
+    ("seq-mean-token-sum", "gspo", True), ("seq-mean-token-sum-norm", "vanilla", True), ("token-mean", "sapo", True),
+])
+def test_padding_warning_names_the_loss_modes_that_padding_scales(tmp_path, tiny_llama_dir, agg, loss_mode, scaled):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer, _ = _build(tmp_path, tiny_llama_dir, f"actor_rollout_ref.actor.loss_agg_mode={agg}",
+                            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}")
+    mine = [str(w.message) for w in caught if "padding rows included" in str(w.message)]
+    assert pads_scale_the_loss(trainer.config.actor_rollout_ref.actor) is scaled
+    assert len(mine) == int(scaled) and all(f"loss_agg_mode={agg}" in m for m in mine)
 
 
 def test_xrpo_icl_loop_refuses_a_row_without_its_icl_prompt(tmp_path, tiny_llama_dir):

@@ -14,6 +14,8 @@ bookkeeping verl needs:
     merge_rounds        the rounds of one step as one batch: every row keeps its prompt's uid (its group)
     check_icl_prompts   an ICL row trained under the original prompt carries exactly its base rows' prompt tokens
     align_batch         pad (rows with zero loss mask) or trim (whole zero-variance groups) to a size multiple
+    rows_sampled_as_trained   the real rows whose rollout log-probs belong to the prompt they are trained on
+    mark_padding        a rollout dump's reward extras with the padding rows blanked and flagged
     plan_result         the step as an `xrpo.rollout.planner.PlanResult` for xrpo's metrics and corpus update
 """
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "check_icl_prompts",
     "finish_round",
     "icl_messages",
+    "mark_padding",
     "merge_rounds",
     "plan_result",
     "problem_id",
@@ -44,6 +47,7 @@ __all__ = [
     "rewards_by_prompt",
     "round_counts",
     "round_gen_batch",
+    "rows_sampled_as_trained",
 ]
 
 ROUND_KEY = "xrpo_round"
@@ -259,12 +263,18 @@ def align_batch(batch, multiple: int, mode: str = "pad") -> tuple[Any, dict[str,
 
     "pad": append ``(-len) mod multiple`` padding rows (zero response mask, so zero loss; their own uid, so no group
     statistic sees them). "trim": drop whole zero-variance groups (all rewards equal: GRPO advantage 0 and no
-    sharpening bonus, hence no policy-gradient signal), fewest rows first, until the rows dropped cover the excess
+    sharpening bonus, hence no policy-gradient term), fewest rows first, until the rows dropped cover the excess
     over the multiple below, then pad up to that multiple; if those groups do not cover it, pad instead. A batch
     smaller than ``multiple`` is always padded. Rows get ``xrpo_pad`` (False for real rows).
 
+    Neither is free. A dropped group is not signal-free when the actor has a KL loss (``use_kl_loss``, on in
+    xrpo_base.yaml): its tokens carry the KL gradient and count in the token-mean normaliser, so trimming changes
+    both. Padding rows are neutral under verl's token-mean aggregation but not under its ``seq-mean-*`` modes, which
+    divide by the fixed mini-batch size, padding rows included: ``batch/pad_frac`` reports the share (docs/verl.md).
+
     Returns:
-        (batch, {"batch/pad_rows": ..., "batch/trimmed_rows": ..., "batch/trimmed_groups": ...}).
+        (batch, {"batch/pad_rows": ..., "batch/pad_frac": ..., "batch/trimmed_rows": ...,
+        "batch/trimmed_groups": ...}); ``pad_frac`` = padding rows / rows of the returned batch.
     """
     from verl import DataProto
 
@@ -274,7 +284,7 @@ def align_batch(batch, multiple: int, mode: str = "pad") -> tuple[Any, dict[str,
         raise ValueError(f"multiple must be >= 1, got {multiple}")
     n = len(batch)
     batch.non_tensor_batch.setdefault(PAD_KEY, np.zeros(n, dtype=bool))
-    info = {"batch/pad_rows": 0.0, "batch/trimmed_rows": 0.0, "batch/trimmed_groups": 0.0}
+    info = {"batch/pad_rows": 0.0, "batch/pad_frac": 0.0, "batch/trimmed_rows": 0.0, "batch/trimmed_groups": 0.0}
     excess = n % multiple
     if excess == 0:
         return batch, info
@@ -304,7 +314,29 @@ def align_batch(batch, multiple: int, mode: str = "pad") -> tuple[Any, dict[str,
                 return batch, info
     k = multiple - excess
     info["batch/pad_rows"] = float(k)
+    info["batch/pad_frac"] = k / (len(batch) + k)
     return DataProto.concat([batch, _pad_rows(batch, k)]), info
+
+
+def rows_sampled_as_trained(batch, icl_train_prompt: str) -> np.ndarray:
+    """Indices of the real rows whose ``rollout_log_probs`` were sampled under the prompt the row is trained on:
+    not padding, and not ICL-seeded under ``icl_train_prompt="original"`` (sampled under the ICL prompt, stored
+    with the plain one). Rollout-vs-actor log-prob comparisons are meaningful on these rows only."""
+    nt = batch.non_tensor_batch
+    n = len(batch)
+    keep = ~np.asarray(nt.get(PAD_KEY, np.zeros(n, dtype=bool)), dtype=bool)
+    if icl_train_prompt == "original":
+        keep &= ~np.asarray(nt.get(SEEDED_KEY, np.zeros(n, dtype=bool)), dtype=bool)
+    return np.flatnonzero(keep)
+
+
+def mark_padding(reward_extra: dict, pad) -> dict:
+    """A rollout dump's reward extras (verl's ``reward_extra_infos_dict``: key -> one value per row) with the
+    padding rows' values set to None (they are row 0's copies) and an ``xrpo_pad`` column flagging those rows."""
+    pad = np.asarray(pad, dtype=bool)
+    out = {k: [None if p else v for v, p in zip(list(vals), pad, strict=True)] for k, vals in reward_extra.items()}
+    out[PAD_KEY] = pad.tolist()
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------

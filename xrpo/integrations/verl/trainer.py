@@ -23,9 +23,19 @@ on resume. The rollout replicas stay awake across the rounds of a step and sleep
 Deviations from the single-machine planner (`xrpo.rollout.planner`), all forced by verl: a round's generation batch
 is padded to a multiple of ``rollout.agent.num_workers`` (the copies are generated and dropped, as verl's own
 validation does); the ICL prompt is built from the prompt's chat messages (last user turn replaced by the paper's
-template) and fitted to ``rollout.prompt_length``. Everything else (deviations of the planner itself) carries over.
-Not supported (refused by `validate_xrpo_config` where a key asks for them): DAPO's ``filter_groups``, a critic, a
-colocated reward model, REMAX baselines, verl's rollout-skip replay (``skip``: it keys one generation per step).
+template) and fitted to ``rollout.prompt_length``; the step is padded to verl's mini-batch multiple, and under the
+``seq-mean-*`` loss aggregations (and the SAPO loss) verl divides each mini-batch's loss by its fixed size, padding
+rows included (``batch/pad_frac``; a warning at start-up; docs/verl.md). Everything else (deviations of the planner
+itself) carries over.
+
+``fit`` follows verl 0.9.1's ``RayPPOTrainer.fit`` for everything around generation and the advantage: async
+checkpoint finalisation, the elastic (ESI) early save, continuous-step and rollout-server profiling, the agent
+loop's timings, rollout/actor log-prob mismatch metrics (on the rows whose rollout log-probs belong to the trained
+prompt), the variance-proxy and speculative-decoding metrics, the R2/R3 router-replay check and the dataset's
+``on_batch_end``. Not supported, and refused by `validate_xrpo_config`: DAPO's ``filter_groups``, a critic (and
+``critic_warmup``), a colocated reward model, rollout correction (``bypass_mode``, ``rollout_is``, ``rollout_rs``:
+old log-probs are always recomputed and no IS weight or rejection mask is applied) and verl's rollout-skip replay
+(``skip.*.enable``: it keys one generation per step). REMAX and GDPO do not apply (the estimator is ``xrpo``).
 
 Needs GPUs (verl's rollout servers are vLLM / SGLang); the driver-side pieces are tested on CPU, see docs/verl.md.
 """
@@ -34,6 +44,7 @@ from __future__ import annotations
 import math
 import os
 import uuid
+import warnings
 from pprint import pprint
 
 import numpy as np
@@ -43,9 +54,20 @@ from tqdm import tqdm
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.core_algos import agg_loss, get_adv_estimator_fn
-from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer, apply_kl_penalty, compute_response_mask
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughout_metrics,
+    compute_timing_metrics,
+    compute_variance_proxy_metrics,
+)
+from verl.trainer.ppo.ray_trainer import (
+    RayPPOTrainer,
+    apply_kl_penalty,
+    compute_response_mask,
+    compute_spec_decode_metrics,
+)
 from verl.trainer.ppo.reward import extract_reward
+from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 
@@ -53,10 +75,12 @@ from xrpo.algo.allocation import plan_phases, split_budget
 from xrpo.integrations.verl.advantage import ESTIMATOR_NAME
 from xrpo.integrations.verl.config import rollouts_per_step, validate_xrpo_config
 from xrpo.integrations.verl.phases import (
+    PAD_KEY,
     align_batch,
     check_icl_prompts,
     finish_round,
     icl_messages,
+    mark_padding,
     merge_rounds,
     plan_result,
     problem_id,
@@ -64,12 +88,15 @@ from xrpo.integrations.verl.phases import (
     rewards_by_prompt,
     round_counts,
     round_gen_batch,
+    rows_sampled_as_trained,
 )
 from xrpo.rollout.planner import _is_nonuniform, rollout_metrics, update_corpus
 
-__all__ = ["CORPUS_DIR", "RayXRPOTrainer", "minibatch_multiple"]
+__all__ = ["CORPUS_DIR", "RayXRPOTrainer", "SEQ_MEAN_MODES", "minibatch_multiple", "pads_scale_the_loss"]
 
 CORPUS_DIR = "xrpo_corpus"
+# verl's loss aggregations that divide by a fixed mini-batch size (core_algos.agg_loss's global_batch_size)
+SEQ_MEAN_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean")
 
 
 def minibatch_multiple(dp_size: int, ppo_mini_batch_size: int, rollout_n: int) -> int:
@@ -77,6 +104,15 @@ def minibatch_multiple(dp_size: int, ppo_mini_batch_size: int, rollout_n: int) -
     sequences, split evenly over ``dp_size`` ranks) and the data-parallel split."""
     mini = int(ppo_mini_batch_size) * int(rollout_n)
     return mini * int(dp_size) // math.gcd(mini, int(dp_size))
+
+
+def pads_scale_the_loss(actor_config) -> bool:
+    """Whether padding rows scale verl's actor loss: verl's ``_update_actor`` passes ``global_batch_size =
+    ppo_mini_batch_size * rollout.n`` and ``agg_loss`` divides the ``seq-mean-*`` sums by it, padding rows
+    included; ``token-mean`` / ``token-sum`` count only masked-in tokens. SAPO aggregates its policy term with
+    seq-mean-token-mean whatever ``loss_agg_mode`` says."""
+    loss_mode = (actor_config.get("policy_loss", None) or {}).get("loss_mode", "vanilla")
+    return actor_config.get("loss_agg_mode", "token-mean") in SEQ_MEAN_MODES or loss_mode == "sapo"
 
 
 class RayXRPOTrainer(RayPPOTrainer):
@@ -87,6 +123,16 @@ class RayXRPOTrainer(RayPPOTrainer):
         super().__init__(config, *args, **kwargs)
         if self.use_critic:
             raise ValueError("XRPO is critic-free: algorithm.adv_estimator=xrpo must not enable a critic")
+        actor_cfg = self.config.actor_rollout_ref.actor
+        if pads_scale_the_loss(actor_cfg):
+            warnings.warn(
+                f"actor_rollout_ref.actor.loss_agg_mode={actor_cfg.loss_agg_mode} (policy_loss.loss_mode="
+                f"{actor_cfg.policy_loss.get('loss_mode', 'vanilla')}): verl divides each mini-batch's sequence-mean "
+                "loss by ppo_mini_batch_size * rollout.n, padding rows included, so a step RayXRPOTrainer pads to "
+                "the mini-batch multiple trains with its loss scaled by about 1 - batch/pad_frac (logged each step; "
+                "token-mean is exact). Keep the step's budget a multiple of the mini-batch to avoid padding "
+                "(docs/verl.md)", stacklevel=2,
+            )
         self.xrpo_budget = rollouts_per_step(self.config, self.xrpo)
         self.xrpo_plan = self.xrpo.plan_config(self.xrpo_budget)
         self.corpus = None
@@ -152,6 +198,9 @@ class RayXRPOTrainer(RayPPOTrainer):
             gen.meta_info = dict(gen_batch.meta_info)
             with marked_timer(f"gen_round_{rnd}", timing_raw, color="red"):
                 out = self._generate(gen)
+            # verl's agent-loop timings (agent_loop/generate_sequences/max, ...), one set per round
+            for key, val in (out.meta_info.get("timing", None) or {}).items():
+                timing_raw[f"gen_round_{rnd}/{key}"] = val
             part = finish_round(batch, out, counts, rnd, set(icl))
             parts.append(part)
             row_uids.extend(part.non_tensor_batch["uid"])
@@ -215,8 +264,33 @@ class RayXRPOTrainer(RayPPOTrainer):
         metrics.update(adv_metrics)
         return batch
 
+    # ------------------------------------------------------------------ verl's per-step extras
+    def _mismatch_metrics(self, batch: DataProto) -> dict:
+        """verl's rollout-vs-actor log-prob diagnostics (``training/rollout_probs_diff_*`` and the metrics-only
+        ``rollout_corr/*``), over the rows whose rollout log-probs were sampled under the prompt they are trained
+        on: an ICL-seeded row trained under its original prompt was sampled under another, and padding rows have
+        no tokens. (verl's fit computes them on the whole batch when the rollout returns log-probs.)"""
+        if "rollout_log_probs" not in batch.batch.keys():
+            return {}
+        rows = rows_sampled_as_trained(batch, self.xrpo.icl_train_prompt)
+        if len(rows) == 0 or not batch.batch["response_mask"][rows].any():
+            return {}
+        from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+        from verl.utils.debug.metrics import calculate_debug_metrics
+
+        sub = batch.select_idxs(rows)
+        out = calculate_debug_metrics(sub)
+        if self.config.algorithm.get("rollout_correction", None) is not None:
+            # rollout_is / rollout_rs are refused by validate_xrpo_config: metrics only, the batch is untouched
+            _, _, corr = compute_rollout_correction_and_rejection_mask(
+                old_log_prob=sub.batch["old_log_probs"], rollout_log_prob=sub.batch["rollout_log_probs"],
+                response_mask=sub.batch["response_mask"])
+            out.update(corr)
+        return out
+
     # ------------------------------------------------------------------ the training loop
     def fit(self):
+        """verl's ``RayPPOTrainer.fit`` (0.9.1) with XRPO's generation and advantage; see the module docstring."""
         from omegaconf import OmegaConf
 
         from verl.utils.tracking import Tracking
@@ -240,16 +314,24 @@ class RayXRPOTrainer(RayPPOTrainer):
                 return
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
         self.global_steps += 1
+        self.max_steps_duration = 0
+        last_val_metrics = None
         rollout_cfg = self.config.actor_rollout_ref.rollout
         actor_cfg = self.config.actor_rollout_ref.actor
-        profile_steps = self.config.global_profiler.steps or []
+        profiler = self.config.global_profiler
+        profile_steps = profiler.steps or []
+        continuous = bool(profiler.get("profile_continuous_steps", False))
+        prev_profile, curr_profile = False, self.global_steps in profile_steps
+        finalize_async = getattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec", None)
 
         for epoch in range(current_epoch, self.config.trainer.total_epochs):
             for batch_dict in self.train_dataloader:
+                if finalize_async is not None:  # async checkpoint saves of the last step finish in the background
+                    finalize_async(blocking=False)
                 metrics: dict = {}
                 timing_raw: dict = {}
-                profiling = self.global_steps in profile_steps
-                self._start_profiling(profiling)
+                with marked_timer("start_profile", timing_raw):
+                    self._start_profiling(not prev_profile and curr_profile if continuous else curr_profile)
                 batch = DataProto.from_single_dict(batch_dict)
                 batch.meta_info["temperature"] = rollout_cfg.temperature
                 batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
@@ -261,8 +343,12 @@ class RayXRPOTrainer(RayPPOTrainer):
                 with marked_timer("step", timing_raw):
                     # -------- 1-2. base rollouts and planning rounds; rewards come from verl's reward loop
                     with marked_timer("gen", timing_raw, color="red"):
+                        if curr_profile:
+                            self.llm_server_manager.start_profile()
                         batch, rounds = self._xrpo_rollouts(batch, gen_batch, timing_raw)
                         self.checkpoint_manager.sleep_replicas()
+                        if curr_profile:
+                            self.llm_server_manager.stop_profile()
                     result, problems = plan_result(batch, prompt_uids, rounds, self.tokenizer, self.xrpo.full_reward)
                     metrics.update(rollout_metrics(result, len(prompt_uids)))
 
@@ -292,7 +378,13 @@ class RayXRPOTrainer(RayPPOTrainer):
                                            loss_scale_factor=actor_cfg.loss_scale_factor)
                         metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": mfu})
                         old_log_prob.batch.pop("entropys")
+                        if "routed_experts" in batch.batch and "routed_experts" in old_log_prob.batch:
+                            raise ValueError(  # verl's own check (router replay R2 and R3 at once)
+                                "Detected conflicting router replay configuration: router_replay.mode='R2' and "
+                                "enable_rollout_routing_replay=True cannot be enabled simultaneously"
+                            )
                         batch = batch.union(old_log_prob)
+                        metrics.update(self._mismatch_metrics(batch))
                     if self.use_reference_policy:
                         with marked_timer("ref", timing_raw, color="olive"):
                             batch = batch.union(self._compute_ref_log_prob(batch))
@@ -311,14 +403,19 @@ class RayXRPOTrainer(RayPPOTrainer):
                     # -------- 5. actor update with verl's policy loss, checkpoint, weight sync
                     with marked_timer("update_actor", timing_raw, color="red"):
                         actor_output = self._update_actor(batch)
-                    metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+                    # verl's elastic early save: the capacity block (ESI) expires before another step would end
+                    esi_expiring = should_save_ckpt_esi(max_steps_duration=self.max_steps_duration,
+                                                        redundant_time=self.config.trainer.esi_redundant_time)
                     if self.config.trainer.save_freq > 0 and (
-                        is_last_step or self.global_steps % self.config.trainer.save_freq == 0
+                        is_last_step or self.global_steps % self.config.trainer.save_freq == 0 or esi_expiring
                     ):
+                        if esi_expiring:
+                            print("Force saving checkpoint: ESI instance expiration approaching.")
                         with marked_timer("save_checkpoint", timing_raw, color="green"):
                             self._save_checkpoint()
                     with marked_timer("update_weights", timing_raw, color="red"):
                         self.checkpoint_manager.update_weights(self.global_steps)
+                    metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
 
                     # -------- 6. corpus update (Alg. 1 line 15)
                     if self.corpus is not None:
@@ -327,14 +424,25 @@ class RayXRPOTrainer(RayPPOTrainer):
                         metrics["icl/corpus_solutions"] = float(self.corpus.num_solutions)
                     rollout_dir = self.config.trainer.get("rollout_data_dir", None)
                     if rollout_dir:
-                        self._log_rollout_data(batch, reward_extra, timing_raw, rollout_dir)
+                        self._log_rollout_data(batch, mark_padding(reward_extra, batch.non_tensor_batch[PAD_KEY]),
+                                               timing_raw, rollout_dir)
 
                 if self.config.trainer.test_freq > 0 and (
                     is_last_step or self.global_steps % self.config.trainer.test_freq == 0
                 ):
                     with marked_timer("testing", timing_raw, color="green"):
-                        metrics.update(self._validate())
-                self._stop_profiling(profiling)
+                        val_metrics = self._validate()
+                        if is_last_step:
+                            last_val_metrics = val_metrics
+                    metrics.update(val_metrics)
+                with marked_timer("stop_profile", timing_raw):
+                    next_profile = self.global_steps + 1 in profile_steps
+                    run_command = bool(curr_profile and profile_steps
+                                       and (self.global_steps == max(profile_steps) or is_last_step))
+                    self._stop_profiling(curr_profile and not next_profile if continuous else curr_profile,
+                                         run_command=run_command)
+                    prev_profile, curr_profile = curr_profile, next_profile
+                self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
 
                 # -------- 7. metrics: verl's, then xrpo's (docs/metrics.md)
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
@@ -342,11 +450,23 @@ class RayXRPOTrainer(RayPPOTrainer):
                 metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
                 metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
                                                           n_gpus=self.resource_pool_manager.get_n_gpus()))
+                metrics.update(compute_variance_proxy_metrics(batch=batch,
+                                                              gradient_norm=metrics.get("actor/grad_norm", None)))
+                nt = batch.non_tensor_batch
+                metrics.update(compute_spec_decode_metrics(
+                    *(nt.get(k) for k in ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")),
+                    non_padding_mask=~nt[PAD_KEY]))
                 logger.log(data=metrics, step=self.global_steps)
                 progress.update(1)
                 self.global_steps += 1
                 if is_last_step:
+                    if finalize_async is not None:
+                        finalize_async(blocking=True)
                     self._shutdown_dump_executor()
+                    pprint(f"Final validation metrics: {last_val_metrics}")
                     progress.close()
                     return
+                # verl's experimental hook: a dataset may change after each training batch
+                if hasattr(self.train_dataset, "on_batch_end"):
+                    self.train_dataset.on_batch_end(batch=batch)
         self._shutdown_dump_executor()

@@ -3,9 +3,10 @@
 `XRPOConfig` is a verl `BaseConfig` dataclass, so verl's own machinery builds and validates it:
 ``verl.utils.config.omega_conf_to_dataclass(config.algorithm.xrpo)`` instantiates it through the block's ``_target_``
 and its ``__post_init__`` rejects bad values. `validate_xrpo_config` adds the cross-section checks (budget against the
-batch, the legacy trainer, rollout correction). The hydra configs next to this file: ``xrpo_base.yaml`` holds this
-block with the paper's §4.1 defaults and the verl settings XRPO needs (estimator, reward function, KL loss, legacy
-driver); ``xrpo_trainer.yaml`` is verl's ``ppo_trainer`` followed by it.
+batch, the legacy trainer, and the verl settings `RayXRPOTrainer` does not honour: rollout correction, rollout skip,
+critic warm-up). The hydra configs next to this file: ``xrpo_base.yaml`` holds this block with the paper's §4.1
+defaults and the verl settings XRPO needs (estimator, reward function, KL loss, legacy driver); ``xrpo_trainer.yaml``
+is verl's ``ppo_trainer`` followed by it.
 
 Field names and meanings are those of `xrpo.rollout.planner.PlanConfig` (the single-machine planner), whose checks are
 reused; the step's rollout budget is verl's ``data.train_batch_size * actor_rollout_ref.rollout.n`` unless
@@ -72,7 +73,8 @@ class XRPOConfig(BaseConfig):
     """Added to the group std of GRPO's advantage (verl's epsilon)."""
     batch_align: str = "pad"
     """How a step whose rollout count is not a multiple of the mini-batch size is fitted to it: "pad" adds rows
-    with zero loss mask, "trim" first drops whole zero-variance groups (no gradient signal), then pads."""
+    with zero loss mask, "trim" first drops whole zero-variance groups (advantage 0, so no policy-gradient signal;
+    with use_kl_loss they still carry a KL gradient, lost with them), then pads."""
 
     def __post_init__(self):
         # the planner's own checks (n_base >= 2, known allocation / icl_train_prompt, ...); its budget is checked
@@ -169,13 +171,36 @@ def validate_xrpo_config(config: Any) -> XRPOConfig:
             f"XRPO budget: {total} rollouts per step for data.train_batch_size={prompts} prompts does not fit "
             f"algorithm.xrpo.n_base={xcfg.n_base} and plan_rounds={xcfg.plan_rounds}: {e}"
         ) from None
-    corr = algo.get("rollout_correction", None)
-    if xcfg.icl and xcfg.icl_train_prompt == "original" and corr is not None and corr.get("bypass_mode", False):
+    # settings RayXRPOTrainer.fit would otherwise drop without a word (it replaces verl's fit)
+    corr = algo.get("rollout_correction", None) or {}
+    if corr.get("bypass_mode", False):
         raise ValueError(
-            "algorithm.rollout_correction.bypass_mode=true uses the rollout engine's log-probs as the old "
-            "log-probs, but an ICL-seeded rollout trained under its original prompt was sampled under the ICL "
-            "prompt: those log-probs belong to another prompt. Set bypass_mode=false (the default), "
-            "algorithm.xrpo.icl_train_prompt=icl, or algorithm.xrpo.icl=false"
+            "algorithm.rollout_correction.bypass_mode=true is not supported by RayXRPOTrainer: its fit always "
+            "recomputes the old log-probs with the actor (the xrpo estimator's novelty needs them under the prompt "
+            "each row is trained on; an ICL-seeded rollout trained under its original prompt was sampled under "
+            "another), so bypass mode would be ignored. Set algorithm.rollout_correction.bypass_mode=false"
+        )
+    for key in ("rollout_is", "rollout_rs"):
+        if corr.get(key, None) is not None:
+            raise ValueError(
+                f"algorithm.rollout_correction.{key}={corr.get(key)!r} is not supported by RayXRPOTrainer: its fit "
+                "computes no rollout-correction IS weights or rejection mask (with icl_train_prompt=original an "
+                "ICL-seeded row's rollout log-probs belong to the ICL prompt, not the trained one), so the setting "
+                f"would be ignored. Set algorithm.rollout_correction.{key}=null"
+            )
+    skip = config.get("skip", None) or {}
+    for name in skip:
+        if name != "_target_" and (skip.get(name) or {}).get("enable", False):
+            raise ValueError(
+                f"skip.{name}.enable=true (verl's rollout-skip replay) is not supported by RayXRPOTrainer: the skip "
+                "cache keys one generation call per step, but an XRPO step generates in several rounds whose sizes "
+                "depend on the rewards; RayXRPOTrainer never initialises it, so it would be ignored. "
+                f"Set skip.{name}.enable=false"
+            )
+    if int(config.trainer.get("critic_warmup", 0) or 0) > 0:
+        raise ValueError(
+            f"trainer.critic_warmup={config.trainer.critic_warmup} needs a critic; XRPO is critic-free and "
+            "RayXRPOTrainer updates the actor from step 1, so the setting would be ignored. Set trainer.critic_warmup=0"
         )
     rm = config.get("reward", {}).get("reward_model", {})
     if rm.get("enable", False) and not rm.get("enable_resource_pool", False):
