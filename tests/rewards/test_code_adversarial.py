@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -20,7 +19,7 @@ from xrpo.rewards import CodeVerifier, raise_reference_errors
 from xrpo.rewards.code import check_undefined_names
 from xrpo.rewards.sandbox import probe
 
-from .test_sandbox import MARK, sandbox_processes
+from .test_sandbox import MARK, assert_nothing_left_running, sandbox_processes, world_readable_file
 
 ADD = json.dumps([{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}])
 CHECK = json.dumps({"test": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(5) == 10\n",
@@ -56,10 +55,7 @@ def bystander():
 @pytest.fixture(autouse=True)
 def machine_unharmed():
     yield
-    deadline = time.monotonic() + 5
-    while sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_processes() == []
+    assert_nothing_left_running()
     assert subprocess.run(["true"]).returncode == 0  # the machine still forks
 
 
@@ -94,11 +90,7 @@ def test_reading_the_expected_outputs_from_a_file_outside(verifier, layers, tmp_
     """A program that prints the answers it finds on disk would score 1.0 if it could read them."""
     if "rootfs" not in layers:
         pytest.skip("no program root file system here: world-readable files stay readable (documented)")
-    answers = tmp_path / "answers.txt"
-    answers.write_text("3\n")
-    answers.chmod(0o644)
-    for p in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
-        os.chmod(p, os.stat(p).st_mode | 0o055)
+    answers = world_readable_file(tmp_path / "answers.txt", "3\n")
     one = json.dumps([{"input": "1 2\n", "output": "3\n"}])
     r = grade(verifier, f"print(open({str(answers)!r}).read())", one)
     assert r.reason == "runtime_error" and "FileNotFoundError" in r.metadata["detail"], r

