@@ -198,3 +198,15 @@ def test_check_undefined_names():
     assert check_undefined_names("K = 3\ndef check(c):\n    assert len(c(K)) == abs(-1)\n") == []
     with pytest.raises(SyntaxError):
         check_undefined_names("def check(c):\n    assert (\n")
+
+
+def test_prompt_prelude_is_derived_once_when_the_reference_is_parsed(verifier):
+    from xrpo.rewards.code import parse_tests
+
+    spec = parse_tests(CHECK)
+    assert spec.prelude == "def double(x):\n    pass\n"  # the bare header gets a body, ready for the checker
+    bad = json.dumps({"test": "def check(c):\n    assert c(1) == 2\n", "entry_point": "f", "prompt": "def f(:\n"})
+    with pytest.raises(SyntaxError, match="the reference's 'prompt' is not Python code"):
+        parse_tests(bad)
+    assert verifier.reference_errors([bad]) == [
+        (0, "SyntaxError: the reference's 'prompt' is not Python code (nor a function header)")]

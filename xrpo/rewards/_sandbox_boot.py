@@ -668,13 +668,7 @@ def _child(mode, code_obj, job, test_input) -> None:
                 pass
             code = 1
     except BaseException:
-        try:  # the interpreter's own printer (no traceback import per failing test), without the harness's frames
-            etype, value, tb = sys.exc_info()
-            while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == __file__:
-                tb = tb.tb_next
-            sys.__excepthook__(etype, value.with_traceback(tb), tb)
-        except BaseException:
-            pass
+        _print_exception()
         code = 1
     try:
         sys.stdout.flush()
@@ -798,11 +792,13 @@ def _error_message(e: BaseException) -> list:
 
 
 def _print_exception() -> None:
+    """The exception being handled, to stderr by the interpreter's own printer (no traceback import per failing
+    test), without the harness's frames."""
     try:
         etype, value, tb = sys.exc_info()
-        if tb is not None and tb.tb_next is not None:
-            value = value.with_traceback(tb.tb_next)
-        sys.__excepthook__(etype, value, value.__traceback__)
+        while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        sys.__excepthook__(etype, value.with_traceback(tb), tb)
     except BaseException:  # noqa: BLE001
         pass
 

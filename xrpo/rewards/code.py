@@ -155,6 +155,7 @@ class TestSpec:
         expected: expected stdout strings, or expected values; ``[None]`` for check mode.
         fn_name: call mode: the function (or method of class Solution) to call.
         check_code / entry_point / prompt: check mode (HumanEval).
+        prelude: check mode: `check_prelude` of the prompt, run before the check (derived once, here).
     """
 
     mode: str
@@ -164,6 +165,7 @@ class TestSpec:
     check_code: str | None = None
     entry_point: str | None = None
     prompt: str | None = None
+    prelude: str | None = None
 
 
 class _StrOnlyUnpickler(pickle.Unpickler):
@@ -231,7 +233,8 @@ def _fields(fields: Mapping[str, str] | None) -> dict[str, tuple[str, ...]]:
 
 
 def parse_tests(reference: str, fields: Mapping[str, str] | None = None) -> TestSpec:
-    """Parse a reference (formats in the module docstring) into a `TestSpec`; ValueError says what is wrong."""
+    """Parse a reference (formats in the module docstring) into a `TestSpec`; ValueError says what is wrong
+    (SyntaxError for a HumanEval 'prompt' that is not Python, from `check_prelude`)."""
     f = _fields(fields)
     obj = _maybe_json(reference, "reference")
     spec = _spec(obj, f, fn_name=None, starter=None, depth=0)
@@ -257,8 +260,9 @@ def _spec(obj: Any, f: dict, fn_name: str | None, starter: str | None, depth: in
         if not isinstance(entry, str) or not entry:
             raise ValueError("reference: a HumanEval-style 'test' needs an 'entry_point'")
         _, prompt = _lookup(obj, f["prompt"])
-        return TestSpec("check", [None], [None], check_code=check, entry_point=entry,
-                        prompt=prompt if isinstance(prompt, str) else None)
+        prompt = prompt if isinstance(prompt, str) else None
+        return TestSpec("check", [None], [None], check_code=check, entry_point=entry, prompt=prompt,
+                        prelude=check_prelude(prompt))
     in_key, inputs = _lookup(obj, f["input"])
     out_key, outputs = _lookup(obj, f["output"])
     if isinstance(inputs, list) and isinstance(outputs, list):  # APPS / TACO input_output
@@ -559,7 +563,7 @@ class CodeVerifier(Verifier):
                     raise ValueError(f"expected a string, got {type(ref).__name__}")
                 spec = parse_tests(ref, self.fields)
                 if spec.mode == "check":
-                    missing = check_undefined_names(spec.check_code, spec.prompt)
+                    missing = check_undefined_names(spec.check_code, spec.prelude)
                     if missing:
                         raise ValueError(
                             f"the check calls {', '.join(missing)}, which neither its code nor the reference's "
@@ -600,8 +604,7 @@ class CodeVerifier(Verifier):
         answer = "code:" + hashlib.sha1(code.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         res: SandboxResult = run_program(
             code, spec.mode, spec.inputs, fn_name=spec.fn_name, check_code=spec.check_code,
-            entry_point=spec.entry_point, check_prelude=check_prelude(spec.prompt), limits=self.limits,
-            isolation=self.isolation,
+            entry_point=spec.entry_point, check_prelude=spec.prelude, limits=self.limits, isolation=self.isolation,
             stop_on_failure=self.stop_on_failure,
         )
         total = len(spec.inputs)

@@ -388,7 +388,8 @@ def run_program(
             os.chown(workdir, slot.uid, slot.uid)
         job = {
             "code": code, "mode": mode, "inputs": inputs, "fn_name": fn_name, "check_path": None,
-            "entry_point": entry_point, "check_prelude": check_prelude, "hidden_dirs": list(_site_dirs()), "limits": asdict(limits), "stop_on_failure": bool(stop_on_failure),
+            "entry_point": entry_point, "check_prelude": check_prelude, "hidden_dirs": list(_site_dirs()),
+            "limits": asdict(limits), "stop_on_failure": bool(stop_on_failure),
             "uid": slot.uid if slot else None, "namespaces": isolation != "minimal", "strict": isolation == "strict",
             "workdir": workdir, "python_dirs": list(_python_dirs()), "caller_uid": os.getuid(), "caller_gid": os.getgid(),
             "nproc_base": None if root else _count_processes(os.getuid()),
