@@ -133,6 +133,14 @@ def test_malformed_reference_in_a_batch_names_its_index(verifier):
         verifier.verify_batch([fence("print(1)")] * 2, [good, "[]"])
 
 
+def test_reference_whose_prompt_is_not_python_names_its_index(verifier):
+    good = json.dumps([{"input": "", "output": "1"}])
+    bad = json.dumps({"test": "def check(candidate):\n    assert candidate(1) == 1\n", "entry_point": "f",
+                      "prompt": "Write a function f that returns its argument."})
+    with pytest.raises(ValueError, match=r"references\[1\]: SyntaxError: the reference's 'prompt' is not Python"):
+        verifier.verify_batch([fence("print(1)")] * 2, [good, bad])
+
+
 # ------------------------------------------------------------------ comparison
 
 

@@ -546,8 +546,9 @@ class CodeVerifier(Verifier):
         if spec is None:
             try:
                 spec = parse_tests(reference, self.fields)
-            except ValueError as e:
-                raise ValueError(f"references[{index}]: {e} (reference starts {reference[:80]!r})") from None
+            except (ValueError, SyntaxError) as e:  # a HumanEval prompt that is not Python: SyntaxError
+                kind = "SyntaxError: " if isinstance(e, SyntaxError) else ""
+                raise ValueError(f"references[{index}]: {kind}{e} (reference starts {reference[:80]!r})") from None
             if len(self._specs) > 4096:
                 self._specs.clear()
             self._specs[reference] = spec
