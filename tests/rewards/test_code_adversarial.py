@@ -19,7 +19,7 @@ from xrpo.rewards import CodeVerifier, raise_reference_errors
 from xrpo.rewards.code import check_undefined_names
 from xrpo.rewards.sandbox import probe
 
-from .test_sandbox import MARK, assert_nothing_left_running, sandbox_processes, world_readable_file
+from .test_sandbox import MARK, assert_nothing_left_running, world_readable_file
 
 ADD = json.dumps([{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}])
 CHECK = json.dumps({"test": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(5) == 10\n",

@@ -38,7 +38,6 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
@@ -54,7 +53,6 @@ from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.planner import (
     PlanConfig, PlanResult, compute_advantages, generate_rollouts, rollout_metrics, update_corpus,
 )
-from xrpo.rollout.prompts import PromptRenderer
 from xrpo.rollout.treepo import TreeConfig, generate_tree_rollouts, merge_tree_metrics
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
