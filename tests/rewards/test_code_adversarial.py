@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from xrpo.rewards import CodeVerifier, raise_reference_errors
-from xrpo.rewards.code import check_undefined_names
+from xrpo.rewards.code import check_prelude, check_undefined_names
 from xrpo.rewards.sandbox import probe
 
 from .test_sandbox import MARK, assert_nothing_left_running, world_readable_file
@@ -193,7 +193,8 @@ def test_check_undefined_names():
     # HumanEval/32's shape: the check calls the prompt's helper
     check = "import math\ndef check(candidate):\n    assert math.fabs(poly([1], candidate([1]))) < 1e-6\n"
     assert check_undefined_names(check) == ["poly"]
-    assert check_undefined_names(check, "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n") == []
+    prompt = "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n"  # ends in a bare header, as HumanEval's
+    assert check_undefined_names(check, check_prelude(prompt)) == []
     # names bound at the check's top level, builtins and parameters are defined
     assert check_undefined_names("K = 3\ndef check(c):\n    assert len(c(K)) == abs(-1)\n") == []
     with pytest.raises(SyntaxError):

@@ -456,8 +456,8 @@ def check_prelude(prompt: str | None) -> str | None:
 
 
 def check_undefined_names(check_code: str, prelude: str | None = None) -> list[str]:
-    """Global names the HumanEval check code reads that neither it, the prelude (the problem's prompt) nor Python's
-    builtins define; SyntaxError when either does not compile. The check runs in a process without the program
+    """Global names the HumanEval check code reads that neither it, the prelude (`check_prelude` of the problem's
+    prompt, as `TestSpec.prelude` holds it) nor Python's builtins define; SyntaxError when either does not compile. The check runs in a process without the program
     (xrpo.rewards.sandbox), so such a name would fail every completion."""
     import builtins
     import symtable
@@ -475,10 +475,15 @@ def check_undefined_names(check_code: str, prelude: str | None = None) -> list[s
         for child in table.get_children():
             walk(child, False)
 
-    for src, fname in ((check_prelude(prelude), "prompt.py"), (check_code, "check.py")):
+    for src, fname in ((prelude, "prompt.py"), (check_code, "check.py")):
         if src:
             walk(symtable.symtable(src, fname, "exec"), True)
     return sorted(used - defined)
+
+
+def _reference_error(e: ValueError | SyntaxError) -> str:
+    """What is wrong with a reference, for messages: a ValueError says it; a SyntaxError is named as one."""
+    return f"SyntaxError: {e}" if isinstance(e, SyntaxError) else str(e)
 
 
 @register_verifier("code")
@@ -547,8 +552,8 @@ class CodeVerifier(Verifier):
             try:
                 spec = parse_tests(reference, self.fields)
             except (ValueError, SyntaxError) as e:  # a HumanEval prompt that is not Python: SyntaxError
-                kind = "SyntaxError: " if isinstance(e, SyntaxError) else ""
-                raise ValueError(f"references[{index}]: {kind}{e} (reference starts {reference[:80]!r})") from None
+                raise ValueError(f"references[{index}]: {_reference_error(e)} (reference starts "
+                                 f"{reference[:80]!r})") from None
             if len(self._specs) > 4096:
                 self._specs.clear()
             self._specs[reference] = spec
@@ -571,7 +576,7 @@ class CodeVerifier(Verifier):
                             f"'prompt' defines (the check runs apart from the program, so it cannot take them "
                             f"from the completion: add the problem's prompt to the reference)")
             except (ValueError, SyntaxError) as e:
-                errors.append((i, f"{type(e).__name__ + ': ' if isinstance(e, SyntaxError) else ''}{e}"))
+                errors.append((i, _reference_error(e)))
         return errors
 
     def verify_batch(self, completions: Sequence[str], references: Sequence[str]) -> list[VerifyResult]:
