@@ -331,10 +331,7 @@ class _Layout:
     def __init__(self, first: dict, where: str, path: Path, prompt_key, answer_key, id_key, layout=None,
                  spell: Callable = python_spelling) -> None:
         self.spell = spell
-        if layout is not None:
-            if layout != "generic" and layout not in LAYOUTS:
-                raise ValueError(f"{spell('layout', None)}: unknown layout {layout!r}; "
-                                 f"valid layouts: {[*LAYOUTS, 'generic']}")
+        if layout is not None:  # a known name or "generic": load_problems_with_layout checked it
             named = LAYOUTS.get(layout)
         else:
             named = next((lay for lay in LAYOUTS.values() if lay.matches(first)), None)
