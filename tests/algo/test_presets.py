@@ -12,7 +12,7 @@ from xrpo.algo.presets import KNOB_NAMES, PRESETS, Knob, get_preset, list_preset
 # docs/design.md, `presets` paragraph: the trainer's MethodConfig fields, one name each
 DESIGN_KNOBS = (
     "adv_scale policy_loss clip_low clip_high loss_agg kl_coef kl_estimator allocation n_base plan_rounds alpha lam "
-    "alloc_mode icl icl_k sharpen lam_nov kappa_clip dynamic_sampling max_gen_batches "
+    "alloc_mode icl icl_k sharpen lam_nov kappa_clip icl_novelty dynamic_sampling max_gen_batches "
     "sampler tree_segment_len tree_max_depth tree_branch tree_init_branch tree_divergence tree_divergence_temp "
     "tree_fallback tree_advantage"
     # CurES (allocation="cures")
@@ -39,7 +39,7 @@ VALID = {
     "allocation": lambda v: v in ("uniform", "hrp", "cures"),
     "n_base": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
     "plan_rounds": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-    "alpha": lambda v: _is_real(v) and 0 < v < 1,
+    "alpha": lambda v: _is_real(v) and 0 < v < 0.5,
     "lam": lambda v: _is_real(v) and v >= 0,
     "alloc_mode": lambda v: v in ("proportional", "greedy"),
     "icl": lambda v: isinstance(v, bool),
@@ -47,6 +47,7 @@ VALID = {
     "sharpen": lambda v: isinstance(v, bool),
     "lam_nov": lambda v: _is_real(v) and v >= 0,
     "kappa_clip": lambda v: _is_real(v) and v >= 0,
+    "icl_novelty": lambda v: v in ("train", "sample", "exclude"),
     "dynamic_sampling": lambda v: isinstance(v, bool),
     "max_gen_batches": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
     "sampler": lambda v: v in ("independent", "tree"),

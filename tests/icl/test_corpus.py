@@ -1,5 +1,6 @@
 """ICLCorpus: add / dedupe / bounded solutions / persistence round trip / retrieval rules."""
 
+import importlib.util
 import json
 import os
 
@@ -239,6 +240,7 @@ def test_save_replaces_existing_directory_atomically(tmp_path):
     assert leftovers == []  # no temporary or old directories left behind
 
 
+@pytest.mark.skipif(importlib.util.find_spec("hnswlib") is None, reason="hnswlib (the 'hnsw' extra) is not installed")
 def test_save_load_hnsw_graph_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     words = ["apple", "train", "circle", "prime", "sum", "angle", "coin", "dice", "speed", "area", "ratio", "mean"]

@@ -54,7 +54,8 @@ def test_overrides_reach_the_block_and_bad_values_name_the_key():
     for override, words in [
         ("algorithm.xrpo.n_base=1", "n_base must be >= 2"),
         ("algorithm.xrpo.allocation=greedy", "allocation must be one of"),
-        ("algorithm.xrpo.alpha=1.5", "alpha must lie in (0, 1)"),
+        ("algorithm.xrpo.alpha=1.5", "algorithm.xrpo.alpha=1.5: alpha is the significance level"),
+        ("algorithm.xrpo.alpha=0.95", "must lie in (0, 0.5)"),
         ("algorithm.xrpo.batch_align=cut", "batch_align must be one of"),
         ("algorithm.xrpo.icl_train_prompt=both", "icl_train_prompt must be one of"),
         ("algorithm.xrpo.lam_nov=-1", "lam_nov must be >= 0"),

@@ -109,7 +109,8 @@ def test_phases_through_verls_agent_loop(tmp_path, tiny_llama_dir):
     assert m["rollout/count"] == 16 and m["alloc/rounds"] == 2 and m["rollout/reward_mean"] == rewards.mean()
     assert [p.id for p in problems] == [f"p{i}" for i in range(PROMPTS)]
     solved = {problems[q].id for q in range(PROMPTS) if rewards[row_uid == uids[q]].max() >= 1}
-    assert update_corpus(result, problems, trainer.corpus, trainer.xrpo_plan, 1) == int((rewards >= 1).sum())
+    assert update_corpus(result, problems, trainer.corpus, trainer.xrpo_plan, 1) == {
+        "icl/corpus_added": float((rewards >= 1).sum()), "icl/skipped_empty_solutions": 0.0}
     assert set(trainer.corpus.problem_ids()) == solved
 
 

@@ -147,18 +147,25 @@ def seeded_corpus(probs):
     return corpus
 
 
+def _unsolved_before(res, rnd: int) -> set[int]:
+    """Prompts without a correct rollout in the rounds before ``rnd``."""
+    solved = {x.problem_index for x in res.records if x.round < rnd and x.reward >= 1}
+    return set(range(16)) - solved
+
+
 def test_zero_success_prompts_are_icl_seeded_and_flip(verifier):
     probs, pp, pi = problems_and_rates()
     corpus = seeded_corpus(probs)
     cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=True, sharpen=False)
     engine = ScriptedPolicy(probs, pp, pi)
     res = generate_rollouts(probs, engine, verifier, renderer(), cfg, SAMPLING, corpus=corpus)
+    # in each round exactly the prompts still unsolved that were allocated rollouts; the never-solved ones (4-7) all
+    # got rollouts in round 1 (a zero-variance prompt's exploration bonus alone buys it one of the 32)
+    for t in (1, 2):
+        alloc = res.rounds[t]["alloc"]
+        assert res.rounds[t]["seeded"] == sorted(q for q in _unsolved_before(res, t) if alloc[q] > 0)
     seeded = set(res.rounds[1]["seeded"])
-    # exactly the never-solved prompts that were allocated rollouts; mid prompts solved in base rounds are not
-    unsolved_after_base = {q for q in range(16) if all(
-        x.reward == 0 for x in res.records if x.problem_index == q and x.round == 0)}
-    assert seeded == {q for q in unsolved_after_base if res.rounds[1]["alloc"][q] > 0}
-    assert set(range(4, 8)) & seeded
+    assert set(range(4, 8)) <= seeded
     # the ICL prompt holds examples from the corpus and ends with the plain prompt
     icl_prompts = [p for p in engine.calls[1][0] if p.count("Q: ") > 1]
     assert len(icl_prompts) == len(seeded)
@@ -169,21 +176,30 @@ def test_zero_success_prompts_are_icl_seeded_and_flip(verifier):
         assert x.train_prompt_ids == plain_ids[x.problem_index]
         if x.seeded:
             assert x.gen_prompt_ids != x.train_prompt_ids
-    flips = sum(r["flips"] for r in res.rounds[1:])
-    assert flips == res.metrics["icl/flips"] and res.metrics["icl/seeded_prompts"] >= len(seeded)
+    flips = sum(any(x.reward >= 1 for x in res.records if x.round == r["round"] and x.problem_index == q)
+                for r in res.rounds[1:] for q in r["seeded"])
+    assert flips == sum(r["flips"] for r in res.rounds[1:]) == res.metrics["icl/flips"]
+    assert res.metrics["icl/seeded_prompts"] == len(res.rounds[1]["seeded"]) + len(res.rounds[2]["seeded"])
+    assert res.metrics["icl/seeded_rollouts"] == sum(
+        r["alloc"][q] for r in res.rounds[1:] for q in r["seeded"]) == sum(x.seeded for x in res.records)
 
 
 def test_flips_over_seeds(verifier):
     probs, pp, pi = problems_and_rates()
     cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=True, sharpen=False)
-    flips = seeded = 0
+    flips = expected = var = 0.0
     for seed in range(10):
         res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg,
                                 SAMPLING, corpus=seeded_corpus(probs))
         flips += res.metrics["icl/flips"]
-        seeded += res.metrics["icl/seeded_prompts"]
-    # a never-solved prompt (p_plain = 0) can only be solved from its ICL prompt (p_icl = 0.6)
-    assert seeded > 0 and flips > 0
+        for r in res.rounds[1:]:
+            for q in r["seeded"]:
+                # a seeded prompt flips when one of its alloc ICL rollouts (each right with p_icl) is right
+                p = 1 - (1 - pi[q]) ** r["alloc"][q]
+                expected, var = expected + p, var + p * (1 - p)
+    # measured against the scripted policy's rates: within 4 standard deviations of the expected count
+    assert expected > 20
+    assert abs(flips - expected) <= 4 * var ** 0.5, (flips, expected, var ** 0.5)
 
 
 def test_icl_train_prompt_option(verifier):
@@ -242,6 +258,8 @@ def test_bad_config():
 
 
 def test_planner_on_tiny_random_model(tiny_model, tiny_tokenizer, verifier):
+    from xrpo.algo.advantages import length_normalized_loglik, sharpen_advantages
+    from xrpo.algo.allocation import allocate_round
     from xrpo.rollout.hf_engine import HFEngine
 
     probs, _, _ = problems_and_rates()
@@ -249,15 +267,34 @@ def test_planner_on_tiny_random_model(tiny_model, tiny_tokenizer, verifier):
     rend = PromptRenderer(tiny_tokenizer, use_chat_template=False, icl_style="fewshot",
                           prompt_template="Q: {prompt}\nA:", fewshot_example="Q: {problem}\nA:{solution}")
     corpus = seeded_corpus(probs)
+    retrieved = corpus.retrieve_many([p.id for p in probs[:8]], [p.text for p in probs[:8]], k=2)
     cfg = PlanConfig(rollouts_per_step=48, n_base=2, plan_rounds=2, icl=True, sharpen=True)
     res = plan_rollouts(probs[:8], engine, verifier, rend, cfg, SamplingParams(max_new_tokens=6, seed=0),
                         corpus=corpus)
     assert len(res.records) == 48
-    assert np.all(np.isfinite(res.advantages))
     for x in res.records:
         assert len(x.completion_ids) == len(x.logprobs) >= 1
-    # a random model never solves these: every prompt is unsolved, so all extra rollouts come from ICL prompts
-    assert all(x.seeded for x in res.records if x.round > 0)
+        assert x.reward == verifier.verify_batch([x.text], [probs[x.problem_index].answer])[0].score
+        # a seeded rollout was sampled from the neighbours' fewshot prompt, and is trained under the plain one
+        plain = rend.render(probs[x.problem_index])
+        want = rend.render_icl(probs[x.problem_index], retrieved[x.problem_index]).text if x.seeded else plain
+        assert tiny_tokenizer.decode(x.gen_prompt_ids) == want
+        assert tiny_tokenizer.decode(x.train_prompt_ids) == plain
+    # a random model never solves these: every prompt is unsolved, so all extra rollouts come from ICL prompts, and the
+    # planning rounds split their budgets by the priority of the zero rewards so far (the exploration bonus alone)
+    assert all(x.seeded for x in res.records if x.round > 0) and any(x.round > 0 for x in res.records)
+    for t, budget in ((1, 16), (2, 16)):
+        so_far = [np.array([x.reward for x in res.records if x.round < t and x.problem_index == q]) for q in range(8)]
+        assert res.rounds[t]["alloc"] == allocate_round(so_far, budget, alpha=0.05, lam=0.1).tolist()
+    # advantages: all rewards 0, so GRPO gives 0 and sharpening has no correct rollout to adjust
+    T = max(len(x.logprobs) for x in res.records)
+    lp, mask = np.zeros((48, T)), np.zeros((48, T), dtype=bool)
+    for i, x in enumerate(res.records):
+        lp[i, : len(x.logprobs)], mask[i, : len(x.logprobs)] = x.logprobs, True
+    want, _ = sharpen_advantages(group_advantages(res.rewards, res.group_ids), res.rewards,
+                                 length_normalized_loglik(lp, mask), res.group_ids)
+    np.testing.assert_array_equal(res.advantages, want)
+    assert not res.advantages.any() and res.metrics["adv/sharpened_count"] == 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -296,3 +333,107 @@ def test_fixed_counts_bad_input(verifier):
     with pytest.raises(ValueError, match="requires icl=False"):
         PlanConfig(allocation="fixed", icl=True)
     assert engine.calls == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# guards and metric meanings
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _record(q: int, reward: float, text: str, seeded: bool = False, lps=(-0.5,), gen=(1,), train=(1,)):
+    from xrpo.rollout.planner import RolloutRecord
+
+    return RolloutRecord(problem_index=q, group_id=q, round=int(seeded), seeded=seeded, gen_prompt_ids=list(gen),
+                         train_prompt_ids=list(train), completion_ids=[7] * len(lps), logprobs=list(lps),
+                         finish_reason="eos", text=text, reward=reward)
+
+
+def _result(records):
+    from xrpo.rollout.planner import PlanResult
+
+    return PlanResult(records=records, rewards=np.array([x.reward for x in records]),
+                      group_ids=np.array([x.group_id for x in records]))
+
+
+def test_update_corpus_skips_blank_correct_rollouts_and_counts_them():
+    from xrpo.rollout.planner import update_corpus
+
+    probs, _, _ = problems_and_rates()
+    corpus = ICLCorpus(get_embedder("hash"))
+    res = _result([_record(0, 1.0, " \\boxed{0}"), _record(0, 1.0, ""), _record(1, 1.0, " \n"),
+                   _record(1, 0.0, " \\boxed{5}"), _record(2, 1.0, " \\boxed{4}")])
+    m = update_corpus(res, probs, corpus, PlanConfig(), step=7)
+    assert m == {"icl/corpus_added": 2.0, "icl/skipped_empty_solutions": 2.0}
+    assert corpus.problem_ids() == ["p0", "p2"]
+    assert [s.solution for s in corpus.entry("p0")[1]] == [" \\boxed{0}"]
+
+
+def test_solved_prompt_frac_counts_rewards_at_or_above_full_reward():
+    from xrpo.rollout.planner import rollout_metrics
+
+    res = _result([_record(0, 0.7, "a"), _record(0, 0.0, "b"), _record(1, 0.4, "c"), _record(1, 0.4, "d")])
+    res.rounds = [{"round": 0, "alloc": [2, 2], "seeded": [], "flips": 0, "truncated": 0}]
+    assert rollout_metrics(res, 2)["rollout/solved_prompt_frac"] == 0.0
+    assert rollout_metrics(res, 2, full_reward=0.5)["rollout/solved_prompt_frac"] == 0.5
+    assert rollout_metrics(res, 2, full_reward=0.4)["rollout/solved_prompt_frac"] == 1.0
+
+
+def test_truncated_and_dropped_examples_mean_the_same_in_both_icl_styles():
+    from xrpo.icl import Example
+
+    probs, _, _ = problems_and_rates()
+    long = Example("p9", "9 + 9 = ?", " " + "x" * 1000 + " \\boxed{18}", 0.9)
+    short = Example("p8", "8 + 8 = ?", " \\boxed{16}", 0.8)
+    for style, example in (("paper", "{problem}\n{solution}"), ("fewshot", "Q: {problem}\nA:{solution}")):
+        rend = PromptRenderer(CharTokenizer(), use_chat_template=False, icl_style=style,
+                              prompt_template="Q: {prompt}\nA:", fewshot_example=example, max_prompt_tokens=800)
+        icl = rend.render_icl(probs[1], [short, long])
+        if style == "paper":
+            # the paper's template cuts the long solution to fit and keeps both examples
+            assert (icl.truncated, icl.dropped, icl.num_examples) == (1, 0, 2)
+            assert "x" * 1000 not in icl.text and " \\boxed{16}" in icl.text
+        else:
+            # fewshot never cuts a solution: it leaves the less similar example out
+            assert (icl.truncated, icl.dropped, icl.num_examples) == (0, 1, 1)
+            assert icl.text == "Q: 8 + 8 = ?\nA: \\boxed{16}\nQ: 1 + 1 = ?\nA:"
+        assert len(icl.text) <= 800
+
+
+def test_icl_novelty_chooses_the_prompt_seeded_rollouts_are_scored_under():
+    from xrpo.algo.advantages import length_normalized_loglik, sharpen_advantages
+
+    # group 0: two plain rollouts (one right) and two ICL-seeded ones, right, sampled from another prompt
+    recs = [_record(0, 0.0, "a", lps=(-1.0, -1.0)), _record(0, 1.0, "b", lps=(-1.2, -1.0)),
+            _record(0, 1.0, "c", seeded=True, lps=(-0.1, -0.1), gen=(5, 5, 1)),
+            _record(0, 1.0, "d", seeded=True, lps=(-0.2, -0.3), gen=(5, 5, 1))]
+    train_lp = [[-1.0, -1.0], [-1.2, -1.0], [-3.0, -2.5], [-2.0, -2.6]]  # under the plain prompt: unlikely
+    gen_lp = [x.logprobs for x in recs]  # the engine's, under the prompt each was sampled from
+    rewards, groups = np.array([0.0, 1, 1, 1]), np.zeros(4, dtype=int)
+    base = group_advantages(rewards, groups)
+
+    def expect(lps, keep=slice(None)):
+        lp = np.array(lps)
+        out = base.copy()
+        out[keep], _ = sharpen_advantages(base[keep], rewards[keep],
+                                          length_normalized_loglik(lp, np.ones_like(lp, dtype=bool))[keep],
+                                          groups[keep])
+        return out
+
+    got = {}
+    for mode in ("train", "sample", "exclude"):
+        res = _result([_record(x.problem_index, x.reward, x.text, x.seeded, x.logprobs, x.gen_prompt_ids)
+                       for x in recs])
+        compute_advantages(res, PlanConfig(icl_novelty=mode), token_logprobs=train_lp)
+        got[mode] = res
+    np.testing.assert_array_equal(got["train"].advantages, expect(train_lp))
+    np.testing.assert_array_equal(got["sample"].advantages, expect(train_lp[:2] + gen_lp[2:]))
+    np.testing.assert_array_equal(got["exclude"].advantages, expect(train_lp, keep=np.array([1, 1, 0, 0], bool)))
+    # under the plain prompt the seeded rollouts look novel and take the bonus; scored where they were sampled, or
+    # left out, they do not
+    assert got["train"].metrics["adv/sharpened_seeded_count"] == 2
+    assert got["sample"].metrics["adv/sharpened_seeded_count"] == 0
+    assert got["exclude"].metrics["adv/sharpened_seeded_count"] == 0
+    assert got["exclude"].advantages[2] == got["exclude"].advantages[3] == base[2]
+    assert all(r.metrics["adv/sharpen_eligible_seeded"] == 2 for r in got.values())
+    with pytest.raises(ValueError, match="icl_novelty must be one of"):
+        PlanConfig(icl_novelty="both")

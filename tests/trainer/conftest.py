@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from xrpo.models.tiny import build_tiny_model, build_tiny_tokenizer
 
@@ -17,6 +18,27 @@ PARITY = textwrap.dedent('''
 
     def verify(completion, reference):
         return VerifyResult(score=float(len(completion) % 2 == 0), answer=str(len(completion) % 2))
+''')
+
+
+# The task the direction tests train on: the tiny random model must learn to end its answer with an ASCII letter or
+# digit. About 37% of its first samples do (measured on this fixture's model), the target depends on no fact the
+# model would have to know, and it is the model's output distribution itself that has to move: every method learns
+# it in a few steps, and a loss of the wrong sign visibly unlearns it.
+ENDS_ALNUM = textwrap.dedent('''
+    from xrpo.rewards import VerifyResult
+
+    def verify(completion, reference):
+        last = completion.rstrip()[-1:]
+        return VerifyResult(score=float(last.isascii() and last.isalnum()), answer=last)
+''')
+
+# rewards every completion, blank ones included (the guard for blank correct rollouts)
+ALWAYS = textwrap.dedent('''
+    from xrpo.rewards import VerifyResult
+
+    def verify(completion, reference):
+        return VerifyResult(score=1.0, answer=completion)
 ''')
 
 
@@ -36,9 +58,17 @@ def trainer_env(tmp_path_factory):
     held.write_text("".join(json.dumps({"id": f"h{i}", "problem": f"{i} + 3 = ?", "answer": str(i + 3)}) + "\n"
                             for i in range(4)))
     (root / "parity_verifier.py").write_text(PARITY)
+    (root / "ends_alnum_verifier.py").write_text(ENDS_ALNUM)
+    (root / "always_verifier.py").write_text(ALWAYS)
+    learn_held = root / "learn_heldout.jsonl"
+    # unseen prompts of the training prompts' form (those are i + (i + 1) for i < 24)
+    learn_held.write_text("".join(json.dumps({"id": f"h{i}", "problem": f"{i} + {i + 1} = ?", "answer": str(2 * i + 1)})
+                                  + "\n" for i in range(24, 32)))
     sys.path.insert(0, str(root))
-    env = {"root": root, "model": model_dir, "train": train, "heldout": held}
+    env = {"root": root, "model": model_dir, "train": train, "heldout": held, "learn_heldout": learn_held}
     env["overrides"] = lambda out, method="xrpo", steps=1: base_overrides(env, out, method, steps)
+    env["learn_overrides"] = lambda out, method="xrpo", steps=16, seed=0: learn_overrides(env, out, method, steps,
+                                                                                           seed)
     yield env
     sys.path.remove(str(root))
 
@@ -52,3 +82,80 @@ def base_overrides(env, out, method="xrpo", steps=1):
         "save_every=0", "log_samples_every=0", "progress=false", "tensorboard=false", "optim.lr=1e-2",
         "optim.micro_batch_tokens=64", "data.prompt_template=Q: {prompt}\nA:",
     ]
+
+
+def learn_overrides(env, out, method="xrpo", steps=16, seed=0):
+    """The ends-with-alnum task: 8 prompts x 64 rollouts of at most 3 tokens per step, held-out pass@1 over 8 unseen
+    prompts x 16 samples; fewshot ICL prompts (the random model cannot read the paper's XML template)."""
+    return [
+        f"output={out}", f"steps={steps}", f"method.name={method}", f"seed={seed}", f"model.path={env['model']}",
+        f"data.train={env['train']}", f"data.heldout={env['learn_heldout']}",
+        "data.verifier=ends_alnum_verifier:verify", "data.prompt_template=Q: {prompt}\nA:",
+        "rollout.prompts_per_step=8", "rollout.rollouts_per_step=64", "method.n_base=4", "rollout.max_new_tokens=3",
+        "rollout.embedder=hash", "rollout.icl_style=fewshot", "eval_samples=16", "eval_k=[1]", "eval_every=0",
+        "save_every=0", "log_samples_every=0", "progress=false", "tensorboard=false", "optim.lr=1e-2",
+        "optim.micro_batch_tokens=256",
+    ]
+
+
+class LossSpy:
+    """A policy loss registered through the public registry (`xrpo.algo.losses.register_policy_loss`), selected with
+    ``method.policy_loss=<name>``: on every micro-batch it records what the trainer hands the real "vanilla" loss
+    (current and old log-probs, advantages, mask, clip bounds, global counts), the loss value and the gradient of the
+    loss with respect to each token's log-prob, and returns the real loss unchanged."""
+
+    name = "test-spy-vanilla"
+
+    def __init__(self):
+        from xrpo.algo.losses import POLICY_LOSSES, get_policy_loss, register_policy_loss
+
+        self.calls: list[dict] = []
+        if self.name not in POLICY_LOSSES:
+            vanilla = get_policy_loss("vanilla")
+
+            def spy(logprobs, old_logprobs, advantages, mask, **kw):
+                loss, metrics = vanilla(logprobs, old_logprobs, advantages, mask, **kw)
+                (grad,) = torch.autograd.grad(loss, logprobs, retain_graph=True)
+                POLICY_LOSSES[self.name].sink.append({
+                    "lp": logprobs.detach().clone(), "old": old_logprobs.detach().clone(),
+                    "adv": advantages.detach().clone(), "mask": mask.detach().bool().clone(),
+                    "grad": grad.detach().clone(), "loss": float(loss.detach()), "metrics": metrics, **kw,
+                })
+                return loss, metrics
+
+            register_policy_loss(self.name)(spy)
+        POLICY_LOSSES[self.name].sink = self.calls
+
+    @staticmethod
+    def ratios(call: dict) -> torch.Tensor:
+        """The token ratios exp(logp - old_logp) at valid positions."""
+        return torch.exp(call["lp"] - call["old"])[call["mask"]]
+
+    def steps(self, n_steps: int, mini_batches: int = 1, epochs: int = 1) -> list[list[list[dict]]]:
+        """The calls grouped as [step][optimizer step][micro-batch]: an optimizer step's micro-batches cover its
+        mini-batch's global_tokens valid tokens, and each training step makes epochs x mini_batches of them."""
+        out, i = [], 0
+        for _ in range(n_steps):
+            step = []
+            for _ in range(epochs * mini_batches):
+                mb, seen = [], 0
+                while True:
+                    assert i < len(self.calls), "the spy's calls end inside a mini-batch"
+                    call = self.calls[i]
+                    i += 1
+                    mb.append(call)
+                    seen += int(call["mask"].sum())
+                    if seen >= call["global_tokens"]:
+                        break
+                step.append(mb)
+            out.append(step)
+        assert i == len(self.calls), f"{len(self.calls) - i} calls left over"
+        return out
+
+
+@pytest.fixture(scope="module")
+def loss_spy():
+    from xrpo.algo.losses import POLICY_LOSSES
+
+    yield LossSpy()
+    POLICY_LOSSES.pop(LossSpy.name)  # the registry is global: leave it as other tests expect it

@@ -55,7 +55,13 @@ def test_round_trip():
     ("steps=abc", "config field steps expects int"),
     ("method.icl=maybe", "expects true/false"),
     ("method.n_base=1", "method.n_base must be >= 2"),
-    ("method.alpha=1.5", r"method.alpha must be in \(0, 1\)"),
+    ("method.alpha=1.5", r"method.alpha=1.5: alpha is the significance level"),
+    # the paper's sensitivity table writes the confidence level as alpha: 0.95 means alpha = 0.05
+    ("method.alpha=0.95", r"must lie in \(0, 0.5\).*alpha = 0.95 there is alpha = 0.05 here"),
+    ("method.alpha=0.5", r"must lie in \(0, 0.5\)"),
+    ("rollout.temperature=0", r"rollout.temperature must be > 0"),
+    ("rollout.temperature=0.7 & optim.old_logprobs=reuse", "optim.old_logprobs must be auto or recompute"),
+    ("method.icl_novelty=both", "method.icl_novelty must be train, sample or exclude"),
     ("rollout.rollouts_per_step=10", "must be >= method.n_base x rollout.prompts_per_step = 64"),
     ("method.name=nope", "unknown"),
     ("eval_k=[1,64]", "every k must be in"),
@@ -65,7 +71,16 @@ def test_round_trip():
 ])
 def test_bad_values_name_the_field(override, match):
     with pytest.raises(ValueError, match=match):
-        build_config(None, [override])
+        build_config(None, override.split(" & "))
+
+
+def test_alpha_below_one_half_is_accepted_everywhere_it_is_configured():
+    from xrpo.rollout.planner import PlanConfig
+
+    assert build_config(None, ["method.alpha=0.49"]).method.alpha == 0.49
+    assert PlanConfig(alpha=0.1).alpha == 0.1
+    with pytest.raises(ValueError, match=r"alpha=0.95: alpha is the significance level"):
+        PlanConfig(alpha=0.95)
 
 
 def test_missing_config_file(tmp_path):

@@ -40,19 +40,55 @@ def test_every_preset_trains_one_step(trainer_env, tmp_path, method):
     assert not unchanged, f"{method}: parameters not updated: {unchanged}"
     assert (out / "summary.json").exists() and (out / "config.yaml").exists()
     s = json.loads((out / "summary.json").read_text())
-    assert 0.0 <= s["pass@1_before"] <= 1.0 and 0.0 <= s["pass@1_after"] <= 1.0
+    evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    # validation before and after the step (4 held-out problems x 2 samples: pass@1 in eighths), as summarised
+    assert [e["step"] for e in evals] == [0, 1]
+    assert (s["pass@1_before"], s["pass@1_after"]) == (evals[0]["eval/pass@1"], evals[1]["eval/pass@1"])
+    assert all(float(e["eval/pass@1"] * 8).is_integer() for e in evals)
 
 
-def test_xrpo_mechanisms_report_metrics(trainer_env, tmp_path):
-    cfg = build_config(None, trainer_env["overrides"](tmp_path / "x", "xrpo", steps=3))
-    train(cfg, log=quiet)
+def test_xrpo_step_metrics_hold_the_values_of_the_step(trainer_env, tmp_path):
+    from xrpo.algo.advantages import group_advantages
+
+    reports, corpus_ids = [], []
+
+    def on_step(rep):
+        reports.append(rep)
+        corpus_ids.append(set(rep.corpus.problem_ids()))  # the corpus object keeps changing after the step
+
+    summary = train(build_config(None, trainer_env["overrides"](tmp_path / "x", "xrpo", steps=3)), log=quiet,
+                    on_step=on_step)
     rows = [json.loads(line) for line in (tmp_path / "x" / "metrics.jsonl").read_text().splitlines()]
-    for key in ["alloc/nonuniform_rounds", "icl/seeded_prompts", "icl/flips", "adv/sharpened_count",
-                "time/generate", "time/verify", "time/update", "time/step", "rollout/zero_variance_group_frac"]:
-        assert all(key in r for r in rows), key
-    # groups have different sizes once the planner allocates by priority
+    solved_ids: set = set()
+    for row, rep, in_corpus in zip(rows, reports, corpus_ids, strict=True):
+        assert row == {"step": rep.step, **rep.metrics}
+        plan = rep.plan
+        rewards, groups = plan.rewards, plan.group_ids
+        per = [rewards[groups == q] for q in range(4)]
+        planned = [r for r in plan.rounds if r["round"] > 0]
+        assert row["rollout/count"] == len(plan.records) == 16
+        assert row["rollout/reward_mean"] == pytest.approx(rewards.mean(), abs=1e-12)
+        assert row["rollout/solved_prompt_frac"] == sum(bool((r >= 1).any()) for r in per) / 4
+        assert row["rollout/zero_variance_group_frac"] == sum(bool((r == r[0]).all()) for r in per) / 4
+        sizes = [len(r) for r in per]
+        assert (row["rollout/group_size_min"], row["rollout/group_size_max"]) == (min(sizes), max(sizes))
+        assert row["alloc/rounds"] == len(planned) == 2
+        assert row["icl/seeded_prompts"] == sum(len(r["seeded"]) for r in planned)
+        assert row["icl/seeded_rollouts"] == sum(x.seeded for x in plan.records)
+        flips = sum(any(x.reward >= 1 for x in plan.records if x.round == r["round"] and x.problem_index == q)
+                    for r in planned for q in r["seeded"])
+        assert row["icl/flips"] == flips
+        bonus = plan.advantages - group_advantages(rewards, groups)
+        assert row["adv/sharpened_count"] == int((bonus > 0).sum())
+        solved_ids |= {rep.problems[x.problem_index].id for x in plan.records if x.reward >= 1 and x.text.strip()}
+        assert in_corpus == solved_ids
+        assert row["icl/corpus_problems"] == len(solved_ids)
+    # the run's totals are the sums of its steps
+    x = summary["xrpo"]
+    assert x["planned_rounds"] == sum(r["alloc/rounds"] for r in rows) == 6
+    assert (x["seeded_prompts"], x["flips"], x["sharpened"]) == tuple(
+        sum(r[k] for r in rows) for k in ("icl/seeded_prompts", "icl/flips", "adv/sharpened_count"))
     assert any(r["rollout/group_size_max"] > r["rollout/group_size_min"] for r in rows)
-    assert rows[-1]["icl/corpus_problems"] > 0
 
 
 def test_resume_after_kill_is_exact(trainer_env, tmp_path):
@@ -207,3 +243,23 @@ def test_every_training_prompt_is_length_checked(trainer_env, tmp_path):
         train(build_config(None, trainer_env["overrides"](tmp_path / "o") + [f"data.train={f}",
                                                                               "data.max_prompt_tokens=256"]),
               log=quiet)
+
+
+def test_correct_rollouts_with_a_blank_text_are_skipped_and_counted(trainer_env, tmp_path):
+    # a verifier that rewards everything, one-token answers: the ones that are whitespace or EOS alone are correct
+    # rollouts the ICL corpus cannot hold (ICLCorpus.add refuses a blank solution); the run goes on and counts them
+    out = tmp_path / "blank"
+    blank = []
+
+    def on_step(rep):
+        blank.append(sum(1 for x in rep.plan.records if not x.text.strip()))
+        stored = [s.solution for pid in rep.corpus.problem_ids() for s in rep.corpus.entry(pid)[1]]
+        assert all(s.strip() for s in stored)
+
+    ov = trainer_env["learn_overrides"](out, "xrpo", 4) + ["data.verifier=always_verifier:verify",
+                                                           "rollout.max_new_tokens=1"]
+    train(build_config(None, ov), log=quiet, on_step=on_step)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert sum(blank) >= 2, blank  # the situation occurred
+    assert [r["icl/skipped_empty_solutions"] for r in rows] == blank
+    assert [r["icl/corpus_added"] for r in rows] == [r["rollout/count"] - b for r, b in zip(rows, blank)]

@@ -32,6 +32,7 @@ __all__ = [
     "PhasePlan",
     "allocate_round",
     "allocation_priority",
+    "check_significance",
     "exploration_bonus",
     "plan_phases",
     "split_budget",
@@ -54,6 +55,28 @@ def _check_alpha(alpha: float) -> float:
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}") from None
     if not (0.0 < a < 1.0):
         raise ValueError(f"alpha must lie in the open interval (0, 1), got {alpha!r}")
+    return a
+
+
+def check_significance(alpha: float, name: str = "alpha") -> float:
+    """A configured alpha of Eq. (1), checked as a significance level: a number in (0, 0.5).
+
+    The interval of Eq. (1) has confidence 1 - alpha, so the paper's default 95% interval is alpha = 0.05. The
+    paper's sensitivity table (§4.3, Table "Hyperparameter sensitivity analysis" (b)) writes the confidence level
+    under the name alpha (alpha = 0.95); a value >= 0.5 is almost certainly that confidence level given by mistake
+    (it would ask for an interval of 50% confidence or less), so configurations refuse it. The equation functions
+    below accept any alpha in (0, 1).
+    """
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        a = float("nan")
+    if not 0.0 < a < 0.5:
+        raise ValueError(
+            f"{name}={alpha!r}: alpha is the significance level of Eq. (1)'s Student-t interval, whose confidence is "
+            f"1 - alpha (0.05 for the paper's 95% interval), so it must lie in (0, 0.5). The paper's sensitivity "
+            f"table writes the confidence level as alpha (alpha = 0.95 there is alpha = 0.05 here)."
+        )
     return a
 
 

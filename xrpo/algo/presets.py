@@ -9,8 +9,8 @@ Knobs (docs/design.md): ``adv_scale`` ("std" | "none"), ``policy_loss`` ("vanill
 ``clip_low``, ``clip_high``, ``loss_agg`` ("token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"),
 ``kl_coef``, ``kl_estimator`` ("k3" | "k1"), ``allocation`` ("uniform" | "hrp"), ``n_base``, ``plan_rounds``,
 ``alpha``, ``lam``, ``alloc_mode`` ("proportional" | "greedy"), ``icl``, ``icl_k``, ``sharpen``, ``lam_nov``,
-``kappa_clip``, ``dynamic_sampling``, ``max_gen_batches``; TreePO's: ``sampler`` ("independent" | "tree"),
-``tree_segment_len``, ``tree_max_depth``, ``tree_branch``, ``tree_init_branch``, ``tree_divergence`` ("uniform" |
+``kappa_clip``, ``icl_novelty`` ("train" | "sample" | "exclude"), ``dynamic_sampling``, ``max_gen_batches``;
+TreePO's: ``sampler`` ("independent" | "tree"), ``tree_segment_len``, ``tree_max_depth``, ``tree_branch``, ``tree_init_branch``, ``tree_divergence`` ("uniform" |
 "low_logprob" | "high_logprob"), ``tree_divergence_temp``, ``tree_fallback``, ``tree_advantage``; CurES's
 (``allocation="cures"``): ``cures_prior_alpha``, ``cures_prior_beta``, ``cures_temp_scale``,
 ``cures_warmup_rollouts``, ``cures_min_count``, ``cures_success_threshold``.
@@ -52,6 +52,7 @@ KNOB_NAMES: tuple[str, ...] = (
     "sharpen",
     "lam_nov",
     "kappa_clip",
+    "icl_novelty",
     "dynamic_sampling",
     "max_gen_batches",
     # TreePO (Li et al. 2025, arXiv 2508.17445): xrpo.rollout.treepo, xrpo.algo.tree
@@ -125,6 +126,12 @@ _SHARPEN = (
     'A_i" (Eq. 6)'
 )
 _GRPO_ADV = 'XRPO §2.1: "A_i = (R(q, o_i) − μ_R)/σ_R is the group-normalized advantage"'
+_ICL_NOVELTY = (
+    "xrpo default: the paper defines s(y) = (1/|y|) Σ_t log π_θ(y_t | x, y_<t) (§3.3, Eq. 4) without saying under "
+    "which prompt x an ICL-seeded rollout is scored; xrpo scores it under the prompt it is trained under (the original "
+    "prompt q), where its advantage applies. docs/methods.md, 'Sharpening and ICL-seeded rollouts', measures what "
+    "this does and offers 'sample' and 'exclude'"
+)
 _GRPO_UNIFORM = (
     'XRPO §2.1: "o = {o_1, ..., o_G} represents G response rollouts sampled from π_θold(·|q) for each prompt q" '
     "(the same G for every prompt)"
@@ -310,6 +317,7 @@ _GRPO: dict[str, Knob] = _derive(
     sharpen=Knob(False, "no advantage sharpening: it is an XRPO component (" + _SHARPEN + ")"),
     lam_nov=Knob(2.5, _inactive("sharpen=False", _SETUP_ICL)),
     kappa_clip=Knob(0.5, _inactive("sharpen=False", _SETUP_ICL)),
+    icl_novelty=Knob("train", _inactive("sharpen=False and icl=False", _ICL_NOVELTY)),
     dynamic_sampling=Knob(False, _NO_DYNAMIC_SAMPLING),
     max_gen_batches=Knob(1, "inactive here (dynamic_sampling=False): one generation batch per step"),
     sampler=Knob("independent", _GRPO_UNIFORM + ", each sampled from the prompt alone"),
@@ -456,6 +464,7 @@ _XRPO = _derive(
     sharpen=Knob(True, _SHARPEN),
     lam_nov=Knob(2.5, _SETUP_ICL),
     kappa_clip=Knob(0.5, _SETUP_ICL),
+    icl_novelty=Knob("train", _ICL_NOVELTY),
     dynamic_sampling=Knob(False, _XRPO_KEEPS_HARD),
 )
 

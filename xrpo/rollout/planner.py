@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 from xrpo.algo.advantages import group_advantages, length_normalized_loglik, sharpen_advantages
-from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
+from xrpo.algo.allocation import allocate_round, check_significance, plan_phases, split_budget
 from xrpo.algo.tree import global_whiten, tree_advantages
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
@@ -46,6 +46,7 @@ from xrpo.rollout.prompts import PromptRenderer
 
 ALLOCATIONS = ("hrp", "uniform", "fixed")
 ICL_TRAIN_PROMPTS = ("original", "icl")
+ICL_NOVELTY = ("train", "sample", "exclude")
 ADVANTAGES = ("group", "tree")
 
 
@@ -63,7 +64,7 @@ class PlanConfig:
     """"hrp" (priority Pi_q = Delta_q + phi_q), "uniform" (the w/o-HRP ablation and GRPO), or "fixed" (the caller's
     ``counts``, one batch, no planning rounds)."""
     alpha: float = 0.05
-    """Significance of the Student-t confidence interval, Eq. (1)."""
+    """Significance level of the Student-t confidence interval, Eq. (1) (confidence 1 - alpha), in (0, 0.5)."""
     lam: float = 0.1
     """Exploration-bonus weight lambda in phi_q = lam * sqrt(log(1+T)/n_q)."""
     alloc_mode: str = "proportional"
@@ -80,6 +81,12 @@ class PlanConfig:
     """Train ICL-seeded rollouts under the "original" prompt or the "icl" prompt (see the module docstring)."""
     sharpen: bool = True
     """Novelty-guided advantage sharpening, Eq. (6)."""
+    icl_novelty: str = "train"
+    """How sharpening treats ICL-seeded rollouts trained under another prompt than the one they were sampled from:
+    "train" scores s(y) (Eq. 4) under the prompt the rollout is trained under (with ``icl_train_prompt="original"``
+    the plain prompt, under which such a rollout looks unlikely, hence novel); "sample" scores it under the ICL prompt
+    it was sampled from; "exclude" leaves ICL-seeded rollouts out of sharpening (no bonus, and not in their group's
+    mean score s_bar). docs/methods.md has the measurement behind the choice."""
     lam_nov: float = 2.5
     """lambda_nov of Eq. (6) (paper §4.1: 2.5)."""
     kappa_clip: float = 0.5
@@ -102,6 +109,9 @@ class PlanConfig:
                              "tree advantage replaces")
         if self.allocation not in ALLOCATIONS:
             raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation!r}")
+        if self.icl_novelty not in ICL_NOVELTY:
+            raise ValueError(f"icl_novelty must be one of {ICL_NOVELTY}, got {self.icl_novelty!r}")
+        check_significance(self.alpha, "alpha")
         if self.icl_train_prompt not in ICL_TRAIN_PROMPTS:
             raise ValueError(f"icl_train_prompt must be one of {ICL_TRAIN_PROMPTS}, got {self.icl_train_prompt!r}")
         if self.n_base < 2:
@@ -149,7 +159,8 @@ class PlanResult:
     advantages: np.ndarray | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     rounds: list[dict] = field(default_factory=list)
-    """Per round: allocation per prompt, seeded prompt indices, flips, truncations."""
+    """Per round: allocation per prompt ("alloc"), seeded prompt indices ("seeded"), "flips", ICL example solutions
+    cut to fit the prompt budget ("truncated") and retrieved examples left out to fit it ("dropped")."""
 
 
 def _is_nonuniform(alloc: np.ndarray, budget: int) -> bool:
@@ -254,7 +265,7 @@ def generate_rollouts(
                 alloc = split_budget(np.zeros(P), budget, max_per_prompt=cfg.max_extra_per_prompt)
             timings["time/plan"] += time.perf_counter() - t0
 
-            prompts, seeded, truncated = list(plain), [False] * P, 0
+            prompts, seeded, truncated, dropped = list(plain), [False] * P, 0, 0
             if cfg.icl and corpus is not None and len(corpus) > 0:
                 # Alg. 1 line 9-10: acc_q = 1{exists a correct rollout}; unsolved prompts get their ICL prompt
                 unsolved = [
@@ -270,6 +281,7 @@ def generate_rollouts(
                     for q, examples in zip(unsolved, found):
                         if examples:
                             icl = renderer.render_icl(problems[q], examples)
+                            dropped += icl.dropped
                             if icl.num_examples > 0:
                                 prompts[q], seeded[q] = icl.text, True
                                 truncated += icl.truncated
@@ -282,7 +294,7 @@ def generate_rollouts(
             )
             rounds.append({
                 "round": t, "alloc": [int(a) for a in alloc], "seeded": seeded_idx, "flips": flips,
-                "truncated": truncated, "nonuniform": _is_nonuniform(np.asarray(alloc), budget),
+                "truncated": truncated, "dropped": dropped, "nonuniform": _is_nonuniform(np.asarray(alloc), budget),
             })
 
     # every prompt had plain rollouts in round 0 unless its base allocation was 0 (possible only in the
@@ -298,12 +310,13 @@ def generate_rollouts(
     group_ids = np.array([x.group_id for x in records], dtype=np.int64)
     result = PlanResult(records=records, rewards=rewards, group_ids=group_ids, rounds=rounds)
     result.metrics.update(timings)
-    result.metrics.update(rollout_metrics(result, P))
+    result.metrics.update(rollout_metrics(result, P, full_reward=cfg.full_reward))
     return result
 
 
-def rollout_metrics(result: PlanResult, num_prompts: int) -> dict[str, float]:
-    """rollout/*, alloc/* and icl/* figures of a plan (see docs/metrics.md)."""
+def rollout_metrics(result: PlanResult, num_prompts: int, full_reward: float = 1.0) -> dict[str, float]:
+    """rollout/*, alloc/* and icl/* figures of a plan (see docs/metrics.md); a rollout with reward >= ``full_reward``
+    counts as correct."""
     recs, rewards = result.records, result.rewards
     lengths = np.array([len(x.completion_ids) for x in recs], dtype=np.float64)
     sizes = np.bincount(result.group_ids, minlength=num_prompts)
@@ -323,7 +336,7 @@ def rollout_metrics(result: PlanResult, num_prompts: int) -> dict[str, float]:
         "rollout/truncation_rate": float(np.mean([x.finish_reason == "length" for x in recs])) if recs else 0.0,
         "rollout/zero_variance_group_frac": zero_var / num_prompts,
         "rollout/solved_prompt_frac": float(np.mean([
-            np.any(rewards[result.group_ids == q] >= 1.0) for q in range(num_prompts)
+            np.any(rewards[result.group_ids == q] >= full_reward) for q in range(num_prompts)
         ])),
         "rollout/group_size_min": float(sizes.min()),
         "rollout/group_size_max": float(sizes.max()),
@@ -336,6 +349,7 @@ def rollout_metrics(result: PlanResult, num_prompts: int) -> dict[str, float]:
         "icl/flip_rate": float(flips / seeded) if seeded else 0.0,
         "icl/seeded_rollouts": float(sum(x.seeded for x in recs)),
         "icl/truncated_examples": float(sum(r["truncated"] for r in planned)),
+        "icl/dropped_examples": float(sum(r.get("dropped", 0) for r in planned)),
     }
     return m
 
@@ -372,10 +386,16 @@ def tree_ancestor_ids(records: Sequence[RolloutRecord]) -> np.ndarray:
 
 
 def compute_advantages(
-    result: PlanResult, cfg: PlanConfig, token_logprobs: Sequence[Sequence[float]] | None = None
+    result: PlanResult, cfg: PlanConfig, token_logprobs: Sequence[Sequence[float]] | None = None,
+    sample_logprobs: Sequence[Sequence[float]] | None = None,
 ) -> PlanResult:
     """Algorithm 1 line 14: GRPO advantages by group id, then (if ``cfg.sharpen``) novelty sharpening, Eq. (6).
-    With ``cfg.advantage == "tree"``: TreePO's tree advantage (+ its batch-wide normalisation when adv_scale="std")."""
+    With ``cfg.advantage == "tree"``: TreePO's tree advantage (+ its batch-wide normalisation when adv_scale="std").
+
+    s(y) of Eq. (4) comes from ``token_logprobs`` (the log-probs under each rollout's training prompt; default: the
+    engine's). With ``cfg.icl_novelty == "sample"`` an ICL-seeded rollout trained under another prompt is scored with
+    ``sample_logprobs`` instead (the log-probs under the prompt it was sampled from; default: the engine's), with
+    ``"exclude"`` it is left out of sharpening."""
     metrics: dict[str, float] = {}
     if cfg.advantage == "tree":
         adv, metrics = tree_advantages(result.rewards, tree_ancestor_ids(result.records))
@@ -385,29 +405,55 @@ def compute_advantages(
         adv = group_advantages(result.rewards, result.group_ids, scale=cfg.adv_scale)
     metrics.update({"adv/mean": float(np.mean(adv)), "adv/abs_mean": float(np.mean(np.abs(adv)))})
     if cfg.sharpen:
-        scores = sequence_scores(result.records, token_logprobs)
-        adv, m = sharpen_advantages(
-            adv, result.rewards, scores, result.group_ids,
+        recs = result.records
+        # ICL-seeded rollouts whose training prompt is not the prompt they were sampled from
+        moved = np.array([x.seeded and x.train_prompt_ids != x.gen_prompt_ids for x in recs], dtype=bool)
+        lps = list(token_logprobs) if token_logprobs is not None else [x.logprobs for x in recs]
+        if cfg.icl_novelty == "sample" and moved.any():
+            if sample_logprobs is not None and len(sample_logprobs) != len(recs):
+                raise ValueError(f"sample_logprobs has {len(sample_logprobs)} rows for {len(recs)} rollouts")
+            for i in np.flatnonzero(moved):
+                lps[i] = sample_logprobs[i] if sample_logprobs is not None else recs[i].logprobs
+        scores = sequence_scores(recs, lps)
+        keep = ~moved if cfg.icl_novelty == "exclude" else np.ones(len(recs), dtype=bool)
+        sharp, m = sharpen_advantages(
+            adv[keep], result.rewards[keep], scores[keep], result.group_ids[keep],
             lam_nov=cfg.lam_nov, kappa_clip=cfg.kappa_clip, full_reward=cfg.full_reward,
         )
+        before = adv
+        adv = np.array(adv, dtype=np.float64)
+        adv[keep] = sharp
+        seeded = np.array([x.seeded for x in recs], dtype=bool)
         metrics.update(m)
+        # how ICL-seeded rollouts fare in sharpening (docs/methods.md, "Sharpening and ICL-seeded rollouts")
+        metrics["adv/sharpen_eligible_seeded"] = float(np.sum(seeded & (result.rewards >= cfg.full_reward)))
+        metrics["adv/sharpened_seeded_count"] = float(np.sum(seeded & (adv > before)))
     result.advantages = np.asarray(adv, dtype=np.float64)
     result.metrics.update(metrics)
     return result
 
 
-def update_corpus(result: PlanResult, problems: Sequence[Problem], corpus, cfg: PlanConfig, step: int) -> int:
-    """Algorithm 1 line 15: add the step's correct rollouts to the ICL corpus. Returns how many were offered."""
-    good = [x for x in result.records if x.reward >= cfg.full_reward]
+def update_corpus(result: PlanResult, problems: Sequence[Problem], corpus, cfg: PlanConfig,
+                  step: int) -> dict[str, float]:
+    """Algorithm 1 line 15: add the step's correct rollouts to the ICL corpus.
+
+    A correct rollout whose text is empty or blank (a verifier may reward it, e.g. after a run diverged into
+    immediate EOS) cannot serve as an ICL example; it is skipped and counted, never an error mid-training.
+    Returns ``{"icl/corpus_added": solutions offered to the corpus, "icl/skipped_empty_solutions": skipped}``.
+    """
+    correct = [x for x in result.records if x.reward >= cfg.full_reward]
+    good = [x for x in correct if x.text.strip()]
+    out = {"icl/corpus_added": float(len(good)), "icl/skipped_empty_solutions": float(len(correct) - len(good))}
     if corpus is None or not good:
-        return 0
+        out["icl/corpus_added"] = 0.0
+        return out
     corpus.add_many(
         [problems[x.problem_index].id for x in good],
         [problems[x.problem_index].text for x in good],
         [x.text for x in good],
         [step] * len(good),
     )
-    return len(good)
+    return out
 
 
 def plan_rollouts(
@@ -425,6 +471,6 @@ def plan_rollouts(
     result = generate_rollouts(problems, engine, verifier, renderer, cfg, sampling, corpus=corpus)
     compute_advantages(result, cfg)
     if cfg.icl and corpus is not None:
-        update_corpus(result, problems, corpus, cfg, step)
+        result.metrics.update(update_corpus(result, problems, corpus, cfg, step))
         result.metrics["icl/corpus_problems"] = float(len(corpus))
     return result

@@ -25,7 +25,10 @@ ICL_STYLES = ("paper", "fewshot")
 class RenderedICL:
     text: str
     truncated: int
+    """Example solutions cut to fit ``max_prompt_tokens`` (the paper style cuts solutions; fewshot never does)."""
     num_examples: int
+    dropped: int = 0
+    """Retrieved examples left out to fit ``max_prompt_tokens`` (both styles drop the least similar first)."""
 
 
 class PromptRenderer:
@@ -127,21 +130,21 @@ class PromptRenderer:
                 count_tokens=self.count_tokens if budget else None,
                 max_tokens=(budget - overhead) if budget else None,
             )
-            return RenderedICL(self._wrap(problem, icl.text), icl.truncated, icl.num_examples)
+            return RenderedICL(self._wrap(problem, icl.text), icl.truncated, icl.num_examples, icl.dropped)
         return self._render_fewshot(problem, examples)
 
     def _render_fewshot(self, problem: Problem, examples: Sequence) -> RenderedICL:
         plain = self.render(problem)
         sep = self.fewshot_separator
         shots = [self.fewshot_example.format(problem=ex.problem, solution=ex.solution) for ex in examples]
-        truncated = 0
+        dropped = 0
         if self.max_prompt_tokens:
             # drop the least similar examples first (examples arrive most similar first) until the prompt fits;
             # a cut-off few-shot solution would teach a truncated answer, so fewshot never cuts inside one
             while shots and self.count_tokens(sep.join(shots) + sep + plain) > self.max_prompt_tokens:
                 shots.pop()
-                truncated += 1
+                dropped += 1
         if not shots:
-            return RenderedICL(plain, truncated, 0)
-        return RenderedICL(sep.join(shots) + sep + plain, truncated, len(shots))
+            return RenderedICL(plain, 0, 0, dropped)
+        return RenderedICL(sep.join(shots) + sep + plain, 0, len(shots), dropped)
 

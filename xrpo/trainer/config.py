@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from xrpo.algo.allocation import check_significance
 from xrpo.algo.presets import get_preset, list_presets
 
 @dataclass
@@ -92,7 +93,8 @@ class MethodConfig:
     plan_rounds: int = 2
     """Planning rounds that split the rest of the step's budget."""
     alpha: float = 0.05
-    """Significance of the Student-t confidence interval, Eq. (1)."""
+    """Significance level of the Student-t confidence interval of Eq. (1), whose confidence is 1 - alpha: 0.05 for a
+    95% interval; must be in (0, 0.5) (the paper's sensitivity table writes the confidence, 0.95, as alpha)."""
     lam: float = 0.1
     """Exploration-bonus weight lambda."""
     alloc_mode: str = "proportional"
@@ -103,6 +105,10 @@ class MethodConfig:
     """Examples per ICL prompt."""
     sharpen: bool = True
     """Novelty-guided advantage sharpening, Eq. (6)."""
+    icl_novelty: str = "train"
+    """Sharpening of ICL-seeded rollouts trained under the original prompt: "train" scores their s(y) (Eq. 4) under
+    the prompt they are trained under (where they look novel), "sample" under the ICL prompt they were sampled from,
+    "exclude" leaves them out of sharpening (docs/methods.md, "Sharpening and ICL-seeded rollouts")."""
     lam_nov: float = 2.5
     """lambda_nov of Eq. (6)."""
     kappa_clip: float = 0.5
@@ -158,7 +164,9 @@ class RolloutConfig:
     rollouts_per_step: int = 128
     """Rollouts per step over all prompts, base rollouts included (paper: 128 for Qwen3-1.7B)."""
     temperature: float = 1.0
-    """Sampling temperature for training rollouts (paper: 1.0)."""
+    """Sampling temperature T of training rollouts (paper: 1.0), > 0. Old log-probs, the loss's policy forward, the
+    reference log-probs of the KL term and sharpening's s(y) are computed at T too (softmax(logits / T), as verl
+    does), so the PPO ratio is taken between the distribution the rollouts were drawn from and its update."""
     top_p: float = 1.0
     """Nucleus sampling for training rollouts."""
     max_new_tokens: int = 24
@@ -206,8 +214,9 @@ class OptimConfig:
     old_logprobs: str = "auto"
     """Where the old log-probs of the PPO ratio come from: "recompute" (a forward pass of the training model before
     the update, as verl does), "reuse" (the engine's sampling log-probs wherever a rollout is trained under the prompt
-    it was sampled from; ICL-seeded rollouts trained under the original prompt are always recomputed), or "auto"
-    (reuse with the hf engine, whose log-probs come from the training model itself; recompute with vllm)."""
+    it was sampled from; ICL-seeded rollouts trained under the original prompt are always recomputed; needs
+    rollout.temperature=1, the engine's log-probs being temperature-1 ones), or "auto" (reuse with the hf engine,
+    whose log-probs come from the training model itself, at temperature 1; recompute otherwise)."""
     ppo_epochs: int = 1
     """Passes over each step's rollouts."""
     mini_batches: int = 1
@@ -263,7 +272,7 @@ class TrainConfig:
                 f"must be >= method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step}",
                 r.rollouts_per_step,
             )
-        _check(0 < m.alpha < 1, "method.alpha", "must be in (0, 1)", m.alpha)
+        check_significance(m.alpha, "config field method.alpha")
         _check(m.lam >= 0, "method.lam", "must be >= 0", m.lam)
         _check(m.kl_coef >= 0, "method.kl_coef", "must be >= 0", m.kl_coef)
         _check(m.clip_low >= 0 and m.clip_high >= 0, "method.clip_low/clip_high", "must be >= 0",
@@ -291,6 +300,8 @@ class TrainConfig:
                    f"{m.cures_min_count * r.prompts_per_step}", r.rollouts_per_step)
         _check(m.adv_scale in ("std", "none"), "method.adv_scale", "must be std or none", m.adv_scale)
         _check(m.kl_estimator in ("k1", "k3"), "method.kl_estimator", "must be k1 or k3", m.kl_estimator)
+        _check(m.icl_novelty in ("train", "sample", "exclude"), "method.icl_novelty",
+               "must be train, sample or exclude", m.icl_novelty)
         _check(m.loss_agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"), "method.loss_agg",
                "must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm", m.loss_agg)
         _check(m.max_gen_batches >= 1, "method.max_gen_batches", "must be >= 1", m.max_gen_batches)
@@ -314,7 +325,12 @@ class TrainConfig:
         _check(m.tree_divergence in ("uniform", "low_logprob", "high_logprob"), "method.tree_divergence",
                "must be uniform, low_logprob or high_logprob", m.tree_divergence)
         _check(m.tree_divergence_temp > 0, "method.tree_divergence_temp", "must be > 0", m.tree_divergence_temp)
-        _check(r.temperature >= 0, "rollout.temperature", "must be >= 0", r.temperature)
+        _check(r.temperature > 0, "rollout.temperature",
+               "must be > 0 (old log-probs and the policy forward divide the logits by it, as verl does; greedy "
+               "rollouts of a prompt would all be the same, with no advantage)", r.temperature)
+        _check(not (o.old_logprobs == "reuse" and r.temperature != 1.0), "optim.old_logprobs",
+               f"must be auto or recompute with rollout.temperature={r.temperature} (the engine's log-probs are "
+               "temperature-1 ones; the PPO ratio needs them at the sampling temperature)", o.old_logprobs)
         _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]", r.top_p)
         _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
         _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)

@@ -31,18 +31,23 @@ def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
 
 
 def completion_logprobs(
-    model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int
+    model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log pi(y_t | x, y_<t) for each completion token.
+    """log pi_T(y_t | x, y_<t) for each completion token, pi_T = softmax(logits / temperature).
 
     Args:
         prompts: B prompt token-id lists (any lengths >= 1).
         completions: B completion token-id lists (lengths >= 1).
+        temperature: > 0; the sampling temperature of the rollouts, so that the log-probs are those of the
+            distribution the tokens were drawn from (verl divides the logits by it in the same place).
     Returns:
         logprobs (B, T) float32 and mask (B, T) float32, T = longest completion; rows are right-padded, so position
         ids are the default 0..L-1 and no left-padding correction is needed.
     """
     B = len(prompts)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
     if B != len(completions):
         raise ValueError(f"{B} prompts but {len(completions)} completions")
     device = next(model.parameters()).device
@@ -65,6 +70,8 @@ def completion_logprobs(
     ids, attn, pos, targets, mask = (x.to(device) for x in (ids, attn, pos, targets, mask))
     logits = model(input_ids=ids, attention_mask=attn).logits  # (B, L, V)
     sel = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float()  # (B, T, V)
+    if temperature != 1.0:
+        sel = sel / temperature
     # log-softmax only at completion positions: memory B*T*V instead of B*L*V
     lp = torch.log_softmax(sel, dim=-1).gather(-1, targets[..., None]).squeeze(-1)  # (B, T)
     return lp * mask, mask
@@ -72,13 +79,15 @@ def completion_logprobs(
 
 @torch.no_grad()
 def all_completion_logprobs(
-    model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int, token_budget: int
+    model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int, token_budget: int,
+    temperature: float = 1.0,
 ) -> list[list[float]]:
     """`completion_logprobs` for many rows, micro-batched, returned as one list of floats per row (input order)."""
     out: list[list[float]] = [[] for _ in prompts]
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
     for mb in micro_batches(lengths, token_budget):
-        lp, _ = completion_logprobs(model, [prompts[i] for i in mb], [completions[i] for i in mb], pad_id)
+        lp, _ = completion_logprobs(model, [prompts[i] for i in mb], [completions[i] for i in mb], pad_id,
+                                    temperature)
         for j, i in enumerate(mb):
             out[i] = lp[j, : len(completions[i])].tolist()
     return out

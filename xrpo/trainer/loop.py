@@ -24,7 +24,19 @@ recomputed before the update, as verl does (`compute_log_prob` before `update_ac
 mini-batch the ratio is then 1 (up to float rounding where log-probs are reused) and the clip
 never binds (on-policy GRPO); the clip matters for later
 mini-batches/epochs and for GSPO. Sharpening's s(y) (Eq. 4) also uses these recomputed log-probs, so novelty is
-measured under the prompt the advantage is applied to.
+measured under the prompt the advantage is applied to (method.icl_novelty chooses otherwise for ICL-seeded rollouts).
+
+Sampling temperature T (rollout.temperature): the rollouts are drawn from pi_T = softmax(logits / T). As verl does
+(`logits.div_(temperature)` in its actor's log-prob computation), the old log-probs, the policy forward of the loss,
+the reference log-probs of the KL term and sharpening's s(y) all use pi_T, so the PPO ratio compares the distribution
+the tokens were drawn from with its update. The engine's log-probs are temperature-1 ones, so they are only reused
+when T = 1.
+
+Train mode: the model is never put in training mode. Old log-probs come from a forward pass without dropout (and the
+hf engine samples without it); a policy forward with dropout would be a different, random function, and the ratio on
+the first mini-batch would not be 1. verl and TRL switch dropout off for RL (TRL: `disable_dropout`); keeping the
+model in eval mode switches off every train-only behaviour at once (dropout modules, the attention dropout that
+transformers' attention layers apply only when `self.training`, MoE router noise).
 
 Deviations from the paper (see also the planner's docstring):
     - the loss of each step is normalised over the step's whole mini-batch (global token / sequence counts), so
@@ -38,8 +50,10 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -63,6 +77,26 @@ from xrpo.trainer.setup import build_engine, load_corpus, load_data, load_model,
 
 class NonFiniteLossError(RuntimeError):
     pass
+
+
+@dataclass
+class StepReport:
+    """What one training step did, handed to ``train(on_step=...)`` after the step is logged. The objects are the
+    loop's own (the corpus keeps changing in later steps): read them, copy what you keep."""
+
+    step: int
+    problems: list
+    """The step's prompts; ``plan.records[i].problem_index`` indexes this list."""
+    plan: PlanResult
+    """Rollouts (records with prompts, completions, rewards, rounds, ICL seeding), group ids, the advantages the loss
+    was given (``plan.advantages``; None for a step without rollouts) and the per-round allocations."""
+    old_logprobs: list
+    """Per rollout, the old log-probs of the PPO ratio (under the prompt it is trained under, at the sampling
+    temperature)."""
+    metrics: dict
+    """The row written to metrics.jsonl for this step."""
+    corpus: object | None
+    """The ICL corpus after this step's update (None without ICL)."""
 
 class EpochSampler:
     """Data order: a fresh permutation per epoch from (seed, epoch); its state is two integers, so resume is exact."""
@@ -95,6 +129,7 @@ def plan_config(cfg: TrainConfig) -> PlanConfig:
         allocation="fixed" if m.allocation == "cures" else m.allocation,
         alpha=m.alpha, lam=m.lam, alloc_mode=m.alloc_mode, icl=m.icl, icl_k=m.icl_k,
         icl_min_similarity=r.icl_min_similarity, icl_train_prompt=r.icl_train_prompt, sharpen=m.sharpen,
+        icl_novelty=m.icl_novelty,
         lam_nov=m.lam_nov, kappa_clip=m.kappa_clip, adv_scale=m.adv_scale,
         advantage="tree" if m.tree_advantage else "group",
     )
@@ -107,7 +142,7 @@ def tree_config(cfg: TrainConfig) -> TreeConfig:
         divergence_temp=m.tree_divergence_temp, fallback=m.tree_fallback,
     )
 
-def merge_plans(parts: list[tuple[list, PlanResult, np.ndarray]]) -> tuple[list, PlanResult]:
+def merge_plans(parts: list[tuple[list, PlanResult, np.ndarray]], full_reward: float = 1.0) -> tuple[list, PlanResult]:
     """Concatenate the kept groups of several generation batches (DAPO), renumbering problems and group ids."""
     problems, records, rounds = [], [], []
     metrics: dict[str, float] = {}
@@ -133,11 +168,14 @@ def merge_plans(parts: list[tuple[list, PlanResult, np.ndarray]]) -> tuple[list,
     )
     # rollout / alloc / icl figures describe the kept groups, not the last generation batch before filtering
     if problems:
-        merged.metrics.update(rollout_metrics(merged, len(problems)))
+        merged.metrics.update(rollout_metrics(merged, len(problems), full_reward=full_reward))
     merged.metrics.update(merge_tree_metrics([res.metrics for _, res, _ in parts]))  # TreePO: every batch's trees
     return problems, merged
 
-def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
+def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
+          on_step: Callable[[StepReport], None] | None = None) -> dict:
+    """Run the configured training (or resume one) and return the summary (also in summary.json). ``on_step`` is
+    called after every step with a `StepReport` (for tests, custom logging or early stopping by raising)."""
     # ================================================================ setup
     t_start = time.perf_counter()
     state: dict = {}
@@ -195,8 +233,9 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
         if tcfg is not None:
             return generate_tree_rollouts(batch, engine, verifier, renderer, tcfg, sampling)
         return generate_rollouts(batch, engine, verifier, renderer, pcfg, sampling, corpus=corpus)
-    # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs
-    reuse_lp = o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and r.engine == "hf")
+    # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs at
+    # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there)
+    reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and r.engine == "hf")) and r.temperature == 1.0
     loss_fn = get_policy_loss(m.policy_loss)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
@@ -291,7 +330,7 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
                 parts.append((batch, res, keep))
                 kept += len(keep)
                 gen_batches += 1
-            problems, plan = merge_plans(parts)
+            problems, plan = merge_plans(parts, full_reward=pcfg.full_reward)
             plan.metrics["rollout/gen_batches"] = float(gen_batches)
             plan.metrics["rollout/kept_groups"] = float(kept)
         elif cures is not None:
@@ -319,11 +358,11 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
             redo = [i for i, x in enumerate(records) if not reuse_lp or x.train_prompt_ids != x.gen_prompt_ids]
             if redo:
                 fresh = all_completion_logprobs(model, [prompts[i] for i in redo], [comps[i] for i in redo], pad_id,
-                                                o.micro_batch_tokens)
+                                                o.micro_batch_tokens, r.temperature)
                 for i, v in zip(redo, fresh):
                     old_lp[i] = v
             metrics["loss/recomputed_old_logprobs"] = float(len(redo))
-            ref_lp = (all_completion_logprobs(ref_model, prompts, comps, pad_id, o.micro_batch_tokens)
+            ref_lp = (all_completion_logprobs(ref_model, prompts, comps, pad_id, o.micro_batch_tokens, r.temperature)
                       if ref_model is not None else None)
             metrics["time/old_logprobs"] = time.perf_counter() - t0
             if not all(math.isfinite(v) for row in old_lp for v in row):
@@ -333,12 +372,23 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
                 )
 
             # -------- 3. advantages (Algorithm 1 line 14)
-            compute_advantages(plan, pcfg, token_logprobs=old_lp)
+            sample_lp = None
+            if pcfg.sharpen and pcfg.icl_novelty == "sample":
+                # method.icl_novelty=sample: ICL-seeded rollouts are scored under the prompt they were sampled from
+                moved = [i for i, x in enumerate(records) if x.seeded and x.train_prompt_ids != x.gen_prompt_ids]
+                sample_lp = [list(x.logprobs) for x in records]
+                if moved and not reuse_lp:
+                    fresh = all_completion_logprobs(model, [records[i].gen_prompt_ids for i in moved],
+                                                    [comps[i] for i in moved], pad_id, o.micro_batch_tokens,
+                                                    r.temperature)
+                    for i, v in zip(moved, fresh):
+                        sample_lp[i] = v
+            compute_advantages(plan, pcfg, token_logprobs=old_lp, sample_logprobs=sample_lp)
             metrics.update({k: v for k, v in plan.metrics.items() if k.startswith("adv/")})
 
             # -------- 4. policy update
             t0 = time.perf_counter()
-            model.train()
+            # the model stays in eval mode (module docstring: dropout would break the ratio of the first mini-batch)
             adv = torch.tensor(plan.advantages, dtype=torch.float32)
             upd = _update(model, optimizer, loss_fn, cfg, records, adv, old_lp, ref_lp, pad_id, step)
             scheduler.step()
@@ -352,7 +402,7 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
 
         # -------- 5. corpus update (Algorithm 1 line 15)
         if corpus is not None:
-            update_corpus(plan, problems, corpus, pcfg, step)
+            metrics.update(update_corpus(plan, problems, corpus, pcfg, step))
             metrics["icl/corpus_problems"] = float(len(corpus))
             metrics["icl/corpus_solutions"] = float(corpus.num_solutions)
 
@@ -361,6 +411,9 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print) -> dict:
         metrics["time/step"] = time.perf_counter() - t_step
         logger.log_step(step, metrics)
         logger.log_rounds(step, plan.rounds)
+        if on_step is not None:
+            on_step(StepReport(step=step, problems=problems, plan=plan, old_logprobs=old_lp if records else [],
+                               metrics=metrics, corpus=corpus))
         for k in totals:
             if k != "alloc/max_extra":
                 totals[k] += metrics.get(k, 0.0)
@@ -436,6 +489,8 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
     grad_norms = []
     step_losses: list[float] = []
     step_kls: list[float] = []
+    step_totals: list[float] = []
+    extremes: dict[str, float] = {}
     rng = np.random.default_rng([cfg.seed, step, 17])
     for _ in range(o.ppo_epochs):
         order = rng.permutation(n) if o.mini_batches > 1 else np.arange(n)
@@ -447,18 +502,19 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
             lengths = [len(records[i].train_prompt_ids) + len(records[i].completion_ids) for i in mb]
             optimizer.zero_grad(set_to_none=True)
             # with global denominators the micro-batch losses add up to the mini-batch loss exactly
-            mb_loss = mb_kl = 0.0
+            mb_loss = mb_kl = mb_total = 0.0
             for micro in micro_batches(lengths, o.micro_batch_tokens):
                 idx = [mb[j] for j in micro]
                 lp, mask = completion_logprobs(
                     model, [records[i].train_prompt_ids for i in idx], [records[i].completion_ids for i in idx],
-                    pad_id,
+                    pad_id, cfg.rollout.temperature,
                 )
                 old = _pad([old_lp[i] for i in idx], lp.shape[1])
                 loss, lm = loss_fn(
                     lp, old, adv[idx], mask, clip_low=m.clip_low, clip_high=m.clip_high, agg_mode=m.loss_agg,
                     global_tokens=global_tokens, global_seqs=len(mb), max_tokens=cfg.rollout.max_new_tokens,
                 )
+                mb_loss += float(loss.detach())
                 if ref_lp is not None:
                     kl = kl_penalty(lp, _pad([ref_lp[i] for i in idx], lp.shape[1]), kind=m.kl_estimator)
                     kl_loss = aggregate_loss(kl, mask, m.loss_agg, global_tokens=global_tokens,
@@ -471,13 +527,18 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
                         f"checkpoint. Lower optim.lr or check the rewards/log-probs."
                     )
                 loss.backward()
-                mb_loss += float(loss.detach())
+                mb_total += float(loss.detach())
                 w = float(mask.sum())
                 if w > 0:  # ratio statistics of a micro-batch without valid tokens are NaN; it carries no weight
                     for k, v in lm.items():
-                        sums[k] = sums.get(k, 0.0) + float(v) * w
+                        if k in _EXTREMES:
+                            pick = max if k.endswith("_max") else min
+                            extremes[k] = pick(extremes[k], float(v)) if k in extremes else float(v)
+                        else:
+                            sums[k] = sums.get(k, 0.0) + float(v) * w
                     weight += w
             step_losses.append(mb_loss)
+            step_totals.append(mb_total)
             if ref_lp is not None:
                 step_kls.append(mb_kl)
             if o.grad_clip > 0:
@@ -496,12 +557,18 @@ def _update(model, optimizer, loss_fn, cfg: TrainConfig, records, adv, old_lp, r
                     f"last good checkpoint. Lower optim.lr or enable optim.grad_clip."
                 )
     out = {k: v / max(weight, 1.0) for k, v in sums.items()}
+    out.update(extremes)
     out["loss/policy"] = float(np.mean(step_losses)) if step_losses else 0.0
     if step_kls:
         out["loss/kl"] = float(np.mean(step_kls))
+        out["loss/total"] = float(np.mean(step_totals))
     out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     out["loss/tokens"] = float(sum(len(x.completion_ids) for x in records))
     return out
+
+# per-micro-batch extremes of the loss metrics: the step's value is their max / min, not a token-weighted mean
+_EXTREMES = ("loss/ratio_max", "loss/ratio_min")
+
 
 def _pad(rows: list[list[float]], T: int) -> torch.Tensor:
     out = torch.zeros((len(rows), T), dtype=torch.float32)

@@ -350,7 +350,7 @@ class RayXRPOTrainer(RayPPOTrainer):
                         if curr_profile:
                             self.llm_server_manager.stop_profile()
                     result, problems = plan_result(batch, prompt_uids, rounds, self.tokenizer, self.xrpo.full_reward)
-                    metrics.update(rollout_metrics(result, len(prompt_uids)))
+                    metrics.update(rollout_metrics(result, len(prompt_uids), full_reward=self.xrpo.full_reward))
 
                     # -------- 3. fit the ragged batch to verl's data-parallel / mini-batch multiples
                     if "response_mask" not in batch.batch.keys():
@@ -419,7 +419,7 @@ class RayXRPOTrainer(RayPPOTrainer):
 
                     # -------- 6. corpus update (Alg. 1 line 15)
                     if self.corpus is not None:
-                        update_corpus(result, problems, self.corpus, self.xrpo_plan, self.global_steps)
+                        metrics.update(update_corpus(result, problems, self.corpus, self.xrpo_plan, self.global_steps))
                         metrics["icl/corpus_problems"] = float(len(self.corpus))
                         metrics["icl/corpus_solutions"] = float(self.corpus.num_solutions)
                     rollout_dir = self.config.trainer.get("rollout_data_dir", None)

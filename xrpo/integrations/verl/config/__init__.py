@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from verl.base_config import BaseConfig
 
+from xrpo.algo.allocation import check_significance
 from xrpo.rollout.planner import PlanConfig
 
 __all__ = ["BATCH_ALIGN", "XRPOConfig", "rollouts_per_step", "validate_xrpo_config", "xrpo_config"]
@@ -39,7 +40,8 @@ class XRPOConfig(BaseConfig):
     allocation: str = "hrp"
     """"hrp" (priority Pi_q = Delta_q + phi_q, Eq. 3) or "uniform" (the w/o-HRP ablation)."""
     alpha: float = 0.05
-    """Significance of the Student-t confidence interval, Eq. (1)."""
+    """Significance level of the Student-t confidence interval of Eq. (1), whose confidence is 1 - alpha (0.05 for a
+    95% interval); in (0, 0.5): the paper's sensitivity table writes the confidence, 0.95, as alpha."""
     lam: float = 0.1
     """Exploration weight lambda of phi_q = lambda * sqrt(log(1 + T) / n_q)."""
     alloc_mode: str = "proportional"
@@ -77,6 +79,7 @@ class XRPOConfig(BaseConfig):
     with use_kl_loss they still carry a KL gradient, lost with them), then pads."""
 
     def __post_init__(self):
+        check_significance(self.alpha, "algorithm.xrpo.alpha")
         # the planner's own checks (n_base >= 2, known allocation / icl_train_prompt, ...); its budget is checked
         # against the batch later, in validate_xrpo_config
         self.plan_config(rollouts_per_step=self.rollouts_per_step or 1)
@@ -84,8 +87,6 @@ class XRPOConfig(BaseConfig):
             raise ValueError(f"algorithm.xrpo.rollouts_per_step must be >= 1 or null, got {self.rollouts_per_step}")
         if self.alloc_mode not in ("proportional", "greedy"):
             raise ValueError(f"algorithm.xrpo.alloc_mode must be 'proportional' or 'greedy', got {self.alloc_mode!r}")
-        if not 0.0 < self.alpha < 1.0:
-            raise ValueError(f"algorithm.xrpo.alpha must lie in (0, 1), got {self.alpha}")
         for name in ("lam", "lam_nov", "kappa_clip", "epsilon", "icl_min_similarity"):
             if getattr(self, name) < 0:
                 raise ValueError(f"algorithm.xrpo.{name} must be >= 0, got {getattr(self, name)}")

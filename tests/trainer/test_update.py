@@ -1,0 +1,172 @@
+"""The policy update's inputs, seen from inside the loss: importance ratios, clipping, temperature, dropout, KL.
+
+The `loss_spy` fixture (tests/trainer/conftest.py) is a policy loss registered through the public registry: it
+records what the trainer hands the real "vanilla" loss on every micro-batch and the gradient of the loss with respect
+to each token's log-prob. Runs use the ends-with-alnum task of tests/trainer/conftest.py, on
+which XRPO seeds ICL prompts from step 2 on.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from xrpo.trainer.config import build_config
+from xrpo.trainer.loop import train
+
+def quiet(*_):
+    pass
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def run(env, spy, out: Path, method: str, steps: int, *extra: str, on_step=None) -> list[dict]:
+    """Train with the spy loss; returns the metrics rows (the spy holds the calls)."""
+    spy.calls.clear()
+    ov = env["learn_overrides"](out, method, steps) + [f"method.policy_loss={spy.name}", *extra]
+    train(build_config(None, ov), log=quiet, on_step=on_step)
+    return jsonl(out / "metrics.jsonl")
+
+
+# ------------------------------------------------------------------------------------------------ ratio = 1
+def _seeded_moved(report) -> int:
+    return sum(x.seeded and x.train_prompt_ids != x.gen_prompt_ids for x in report.plan.records)
+
+
+@pytest.mark.parametrize("old_logprobs, tol", [("recompute", 0.0), ("auto", 2e-5)])
+def test_first_minibatch_ratio_is_one_for_every_rollout_icl_seeded_included(trainer_env, loss_spy, tmp_path,
+                                                                             old_logprobs, tol):
+    # one mini-batch and one epoch: every token of every rollout is in the step's first (only) mini-batch. "auto"
+    # reuses the hf engine's sampling log-probs for rollouts trained under the prompt they were sampled from (equal
+    # to a forward pass up to float rounding) and recomputes the ICL-seeded ones under the original prompt
+    moved = []
+    rows = run(trainer_env, loss_spy, tmp_path / old_logprobs, "xrpo", 4, f"optim.old_logprobs={old_logprobs}",
+               on_step=lambda rep: moved.append(_seeded_moved(rep)))
+    assert sum(moved) >= 10, moved  # ICL-seeded rollouts trained under the original prompt are in these steps
+    calls = loss_spy.calls
+    assert sum(int(c["mask"].any(dim=1).sum()) for c in calls) == sum(r["rollout/count"] for r in rows)
+    for c in calls:
+        r = loss_spy.ratios(c)
+        assert float((r - 1).abs().max()) <= tol, (old_logprobs, float(r.min()), float(r.max()))
+    for row in rows:
+        assert abs(row["loss/ratio_max"] - 1) <= tol and abs(row["loss/ratio_min"] - 1) <= tol, row
+        assert row["loss/clipfrac_low"] == row["loss/clipfrac_high"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------------ clipping
+def test_clipping_binds_exactly_where_the_ratio_leaves_its_bounds(trainer_env, loss_spy, tmp_path):
+    # 2 epochs x 2 mini-batches at a large learning rate: after the first optimizer step of a step the ratios move
+    # and the clip binds; the first mini-batch of each step is still on-policy
+    rows = run(trainer_env, loss_spy, tmp_path / "clip", "xrpo-no-icl", 3, "optim.mini_batches=2",
+               "optim.ppo_epochs=2", "optim.lr=3e-2", "optim.old_logprobs=recompute")
+    cl, ch = 0.2, 0.28  # the preset's clip_low / clip_high
+    clipped = {"low": 0, "high": 0}
+    for step, row in zip(loss_spy.steps(len(rows), mini_batches=2, epochs=2), rows):
+        # on-policy up to float rounding (a mini-batch's micro-batches are not padded like the recomputation's)
+        for c in step[0]:
+            assert float((loss_spy.ratios(c) - 1).abs().max()) <= 2e-6
+        n_valid = low = high = 0
+        for mb in step:
+            for c in mb:
+                assert (c["clip_low"], c["clip_high"]) == (cl, ch)
+                m = c["mask"]
+                r = torch.exp(c["lp"] - c["old"])
+                a = c["adv"][:, None].expand_as(r)
+                is_low = m & (a < 0) & (r < 1 - cl)
+                is_high = m & (a > 0) & (r > 1 + ch)
+                # token-mean over the mini-batch: d loss / d logp_t = -A r_t / N where the clip does not bind, 0 where
+                # it binds
+                expect = torch.where(is_low | is_high, 0.0, -a * r / c["global_tokens"]) * m
+                torch.testing.assert_close(c["grad"], expect, rtol=1e-5, atol=1e-9)
+                n_valid += int(m.sum())
+                low += int(is_low.sum())
+                high += int(is_high.sum())
+        assert row["loss/clipfrac_low"] == pytest.approx(low / n_valid, abs=1e-12)
+        assert row["loss/clipfrac_high"] == pytest.approx(high / n_valid, abs=1e-12)
+        clipped["low"] += low
+        clipped["high"] += high
+    assert clipped["low"] > 0 and clipped["high"] > 0, clipped  # both bounds were reached in these steps
+
+
+# ------------------------------------------------------------------------------------------------ temperature
+def test_sampling_temperature_is_used_for_old_logprobs_the_policy_forward_and_the_reference(trainer_env, loss_spy,
+                                                                                             tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    T = 0.7
+    reports = []
+    rows = run(trainer_env, loss_spy, tmp_path / "t", "grpo-deepseekmath", 1, f"rollout.temperature={T}",
+               on_step=reports.append)
+    # old log-probs: log softmax(logits / T) of the initial model under each rollout's training prompt
+    model = AutoModelForCausalLM.from_pretrained(trainer_env["model"]).eval()
+    (rep,) = reports
+    with torch.no_grad():
+        for x, old in zip(rep.plan.records[:16], rep.old_logprobs[:16]):
+            ids = torch.tensor([x.train_prompt_ids + x.completion_ids])
+            logits = model(ids).logits[0, len(x.train_prompt_ids) - 1: -1]
+            want = torch.log_softmax(logits / T, -1).gather(-1, torch.tensor(x.completion_ids)[:, None])[:, 0]
+            torch.testing.assert_close(torch.tensor(old), want, rtol=0, atol=2e-5)
+    # the policy forward at the same T: the ratio of the (only) mini-batch is 1; the reference (the initial model, at
+    # T as well) equals the policy before the first update: KL exactly 0
+    for c in loss_spy.calls:
+        assert float((loss_spy.ratios(c) - 1).abs().max()) == 0.0
+    assert rows[0]["loss/kl"] == 0.0 and rows[0]["loss/recomputed_old_logprobs"] == rows[0]["rollout/count"]
+
+
+# ------------------------------------------------------------------------------------------------ dropout
+def test_dropout_does_not_enter_the_policy_forward(trainer_env, loss_spy, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = trainer_env["model"]
+    model = AutoModelForCausalLM.from_pretrained(src, attention_dropout=0.5)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    model.train()
+    torch.manual_seed(0)
+    noisy = model(ids).logits
+    model.eval()
+    assert not torch.allclose(noisy, model(ids).logits)  # the model's training mode does change its forward
+    dropout_dir = tmp_path / "dropout_model"
+    model.save_pretrained(dropout_dir)
+    AutoTokenizer.from_pretrained(src).save_pretrained(dropout_dir)
+    run(trainer_env, loss_spy, tmp_path / "d", "grpo", 2, f"model.path={dropout_dir}", "optim.old_logprobs=recompute")
+    assert loss_spy.calls
+    for c in loss_spy.calls:
+        assert float((loss_spy.ratios(c) - 1).abs().max()) == 0.0
+
+
+# ------------------------------------------------------------------------------------------------ KL
+def test_kl_term_enters_the_loss_and_holds_the_policy_near_the_reference(trainer_env, loss_spy, tmp_path):
+    last_kl = {}
+    for beta in (1e-3, 1.0):
+        rows = run(trainer_env, loss_spy, tmp_path / f"kl{beta}", "grpo", 6, f"method.kl_coef={beta}")
+        for row, step in zip(rows, loss_spy.steps(len(rows))):
+            # loss/policy is the policy loss alone (the spy's values, summed over the micro-batches of the step's only
+            # mini-batch); loss/total adds beta * KL
+            assert row["loss/policy"] == pytest.approx(sum(c["loss"] for c in step[0]), rel=1e-6, abs=1e-9)
+            assert row["loss/total"] == pytest.approx(row["loss/policy"] + beta * row["loss/kl"], rel=1e-6, abs=1e-9)
+        assert rows[0]["loss/kl"] == 0.0 and all(r["loss/kl"] > 0 for r in rows[1:])
+        last_kl[beta] = rows[-1]["loss/kl"]
+    # a 1000x stronger KL term keeps the policy closer to the reference
+    assert last_kl[1.0] < 0.5 * last_kl[1e-3], last_kl
+
+
+def test_without_kl_no_reference_model_is_loaded(trainer_env, loss_spy, tmp_path, monkeypatch):
+    import transformers
+
+    loads = []
+    real = transformers.AutoModelForCausalLM.from_pretrained.__func__
+
+    def counting(cls, *a, **kw):
+        loads.append(a[0] if a else kw.get("pretrained_model_name_or_path"))
+        return real(cls, *a, **kw)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(counting))
+    for beta, n in ((0.0, 1), (0.01, 2)):
+        loads.clear()
+        rows = run(trainer_env, loss_spy, tmp_path / f"b{beta}", "grpo", 1, f"method.kl_coef={beta}")
+        assert len(loads) == n, (beta, loads)
+        assert ("loss/kl" in rows[0]) == (beta > 0) and ("loss/total" in rows[0]) == (beta > 0)
