@@ -9,11 +9,11 @@ Knobs (docs/design.md): ``adv_scale`` ("std" | "none"), ``policy_loss`` ("vanill
 ``clip_low``, ``clip_high``, ``loss_agg`` ("token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"),
 ``kl_coef``, ``kl_estimator`` ("k3" | "k1"), ``allocation`` ("uniform" | "hrp"), ``n_base``, ``plan_rounds``,
 ``alpha``, ``lam``, ``alloc_mode`` ("proportional" | "greedy"), ``icl``, ``icl_k``, ``sharpen``, ``lam_nov``,
-``kappa_clip``, ``icl_novelty`` ("train" | "sample" | "exclude"), ``dynamic_sampling``, ``max_gen_batches``;
-TreePO's: ``sampler`` ("independent" | "tree"), ``tree_segment_len``, ``tree_max_depth``, ``tree_branch``, ``tree_init_branch``, ``tree_divergence`` ("uniform" |
-"low_logprob" | "high_logprob"), ``tree_divergence_temp``, ``tree_fallback``, ``tree_advantage``; CurES's
-(``allocation="cures"``): ``cures_prior_alpha``, ``cures_prior_beta``, ``cures_temp_scale``,
-``cures_warmup_rollouts``, ``cures_min_count``, ``cures_success_threshold``.
+``kappa_clip``, ``icl_novelty`` ("train" | "sample" | "exclude"), ``dynamic_sampling``, ``max_gen_batches``; TreePO's:
+``sampler`` ("independent" | "tree"), ``tree_segment_len``, ``tree_max_depth``, ``tree_branch``, ``tree_init_branch``,
+``tree_divergence`` ("uniform" | "low_logprob" | "high_logprob"), ``tree_divergence_temp``, ``tree_fallback``,
+``tree_advantage``; CurES's (``allocation="cures"``): ``cures_prior_alpha``, ``cures_prior_beta``,
+``cures_temp_scale``, ``cures_warmup_rollouts``, ``cures_min_count``, ``cures_success_threshold``.
 
 Presets: ``grpo`` (the XRPO paper's GRPO baseline), ``grpo-deepseekmath`` (GRPO as published), ``dapo``, ``gspo``,
 ``dr_grpo``, ``xrpo``, ``xrpo-gspo``, the ablations of XRPO §4.3 ``xrpo-no-hrp``, ``xrpo-no-icl``, ``xrpo-no-as``,
