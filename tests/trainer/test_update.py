@@ -70,6 +70,9 @@ def test_clipping_binds_exactly_where_the_ratio_leaves_its_bounds(trainer_env, l
         for c in step[0]:
             assert float((loss_spy.ratios(c) - 1).abs().max()) <= 2e-6
         n_valid = low = high = 0
+        every = torch.cat([loss_spy.ratios(c) for mb in step for c in mb])
+        assert (row["loss/ratio_min"], row["loss/ratio_max"]) == pytest.approx((float(every.min()), float(every.max())),
+                                                                                rel=1e-6)
         for mb in step:
             for c in mb:
                 assert (c["clip_low"], c["clip_high"]) == (cl, ch)
