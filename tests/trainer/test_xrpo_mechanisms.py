@@ -148,3 +148,32 @@ def test_advantages_are_grpo_plus_the_novelty_bonus_on_the_same_batch(xrpo_run):
         given = np.concatenate([c["adv"].numpy() for c in s["calls"]])
         np.testing.assert_array_equal(np.sort(given), np.sort(plan.advantages.astype(np.float32)))
     assert sharpened > 0 and sharpened_seeded > 0, (sharpened, sharpened_seeded)
+
+
+@pytest.mark.parametrize("mode", ["sample", "exclude"])
+def test_icl_novelty_scores_seeded_rollouts_as_configured(trainer_env, tmp_path, mode):
+    # method.icl_novelty: "sample" scores an ICL-seeded rollout's s(y) under the ICL prompt it was sampled from (the
+    # hf engine's log-probs at temperature 1), "exclude" leaves it out of sharpening
+    checked = []
+
+    def on_step(rep):
+        plan = rep.plan
+        rewards = np.array([x.reward for x in plan.records])
+        groups = plan.group_ids
+        moved = np.array([x.seeded and x.train_prompt_ids != x.gen_prompt_ids for x in plan.records])
+        rows = [x.logprobs if (mode == "sample" and m) else old for x, old, m in
+                zip(plan.records, rep.old_logprobs, moved)]
+        lp, mask = np.zeros((len(rows), 3)), np.zeros((len(rows), 3), dtype=bool)
+        for i, r in enumerate(rows):
+            lp[i, : len(r)], mask[i, : len(r)] = r, True
+        base = group_advantages(rewards, groups)
+        keep = ~moved if mode == "exclude" else np.ones(len(rows), dtype=bool)
+        want = base.copy()
+        want[keep], _ = sharpen_advantages(base[keep], rewards[keep], length_normalized_loglik(lp, mask)[keep],
+                                           groups[keep])
+        np.testing.assert_allclose(plan.advantages, want, rtol=1e-12, atol=1e-12)
+        checked.append(int((moved & (rewards >= 1) & (base > 0)).sum()))
+
+    ov = trainer_env["learn_overrides"](tmp_path / mode, "xrpo", 4) + [f"method.icl_novelty={mode}"]
+    train(build_config(None, ov), log=quiet, on_step=on_step)
+    assert sum(checked) > 0, checked  # seeded correct rollouts in mixed groups, where the choice matters
