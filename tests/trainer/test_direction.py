@@ -18,7 +18,7 @@ and without learning, lr 1e-9, 3 seeds):
               -0.250 to -0.005; but without learning -0.052 to +0.219 (XRPO: its later rounds go where the planner
               sends them, so which prompts' rollouts are counted differs from step to step): it only has to rise.
 
-Margins (0.08) are two thirds of the smallest gain measured: a defect that slows learning by half or more fails.
+The margins (0.08) are about two thirds of the smallest gain measured over presets and seeds.
 """
 from __future__ import annotations
 
