@@ -44,7 +44,7 @@ def test_a_mutant_whose_text_is_gone_stops_the_run(tmp_path):
 
 
 def test_the_tests_kill_every_mutant_by_an_assertion():
-    # about 2-3 minutes on 2 cores: each mutant runs the tests it names with -x in a forked child
+    # the slowest test of the suite (CONTRIBUTING.md gives its time): each mutant runs its tests with -x in a child
     proc = subprocess.run([sys.executable, str(HERE / "run_mutants.py"), "--jobs", "2"], cwd=ROOT,
                           capture_output=True, text=True, timeout=1200)
     print(proc.stdout)
