@@ -648,3 +648,17 @@ def test_unprivileged_caller(tmp_path):
         assert {"netns", "pidns", "mountns"} <= layers
     if "rootfs" in layers:
         assert lines["SECRET"] == "runtime_error False"
+
+
+def test_a_test_outcome_streams_to_the_caller_as_it_arrives():
+    """`on_test` sees each test's full output when it arrives; the result keeps only what it returns."""
+    seen = []
+
+    def on_test(i, outcome):
+        seen.append((i, outcome.status, len(outcome.stdout)))
+        return sandbox.TestOutcome(outcome.status, outcome.exit_code, outcome.signal, b"", None, outcome.stderr[-10:])
+
+    res = run_program("import sys\nn = int(input())\nsys.stdout.write('x' * n)\nsys.exit(n % 2)", "stdin",
+                      ["1000", "70001", "4"], limits=TIGHT, on_test=on_test)
+    assert seen == [(0, "ok", 1000), (1, "runtime_error", 70001), (2, "ok", 4)]
+    assert [(t.status, t.stdout) for t in res.tests] == [("ok", b""), ("runtime_error", b""), ("ok", b"")]

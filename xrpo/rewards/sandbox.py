@@ -85,6 +85,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["Limits", "SandboxResult", "TestOutcome", "probe", "run_program"]
@@ -301,35 +302,69 @@ def _env(workdir: str) -> dict[str, str]:
     }
 
 
-def _parse_frames(data: bytes) -> tuple[tuple[str, ...] | None, list[tuple[list[str], bytes]], str | None]:
-    """Split the harness's stream (format in `xrpo.rewards._sandbox_boot`) into (layers, [(test fields, payload)],
-    closing status): "" when it finished, "C:msg" / "E:msg" for a compile / set-up error, None when it broke off."""
-    layers, tests, pos = None, [], 0
-    closing = None
-    while pos < len(data):
-        nl = data.find(b"\n", pos, pos + 512)
-        if nl < 0:
-            return layers, tests, None
-        head = data[pos:nl].decode("ascii", "replace").split()
-        pos = nl + 1
-        try:
-            size = int(head[1])
-        except (IndexError, ValueError):
-            return layers, tests, None
-        payload = data[pos:pos + size]
-        if len(payload) < size:
-            return layers, tests, None
-        pos += size
-        kind = head[0]
+class _Frames:
+    """The harness's stream (format in `xrpo.rewards._sandbox_boot`), parsed as it arrives: a test's outcome goes to
+    `on_test` as soon as its frame is complete, and the buffer never holds more than one frame (at most
+    `max_frame` bytes), however many tests the program has."""
+
+    def __init__(self, n_tests: int, max_frame: int, on_test: Callable[[int, TestOutcome], TestOutcome] | None):
+        self.tests = [TestOutcome(status="not_run") for _ in range(n_tests)]
+        self.max_frame, self.on_test = max_frame, on_test
+        self.layers: tuple[str, ...] | None = None
+        self.closing: str | None = None  # "" when the harness finished, "C:msg" / "E:msg", None when it broke off
+        self.done = self.broken = False
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take the next bytes of the stream; False once it is finished or broken (stop reading)."""
+        buf = self._buf
+        buf += chunk
+        while not (self.done or self.broken):
+            nl = buf.find(b"\n", 0, 512)
+            if nl < 0:
+                self.broken = len(buf) >= 512
+                break
+            head = bytes(buf[:nl]).decode("ascii", "replace").split()
+            try:
+                size = int(head[1])
+            except (IndexError, ValueError):
+                self.broken = True
+                break
+            if not 0 <= size <= self.max_frame:
+                self.broken = True
+                break
+            if len(buf) - nl - 1 < size:
+                break  # the rest of this frame is still on its way
+            with memoryview(buf) as view:
+                self._frame(head[0], head[2:], view[nl + 1:nl + 1 + size])
+            del buf[:nl + 1 + size]
+        return not (self.done or self.broken)
+
+    def _frame(self, kind: str, fields: list[str], payload: memoryview) -> None:
         if kind == "H":
-            layers = tuple(x for x in payload.decode("ascii", "replace").split(",") if x)
+            self.layers = tuple(x for x in bytes(payload).decode("ascii", "replace").split(",") if x)
         elif kind == "T":
-            tests.append((head[2:], payload))
+            try:
+                i, status, exit_code, sig, wall_s, cpu_s, n_out, n_val, n_err = fields
+                i, n_out, n_err = int(i), int(n_out), int(n_err)
+                n_val = None if n_val == "-" else int(n_val)
+                test = TestOutcome(
+                    status=status, exit_code=None if exit_code == "-" else int(exit_code),
+                    signal=None if sig == "-" else int(sig), stdout=bytes(payload[:n_out]),
+                    value=None if n_val is None else bytes(payload[n_out:n_out + n_val]),
+                    stderr=bytes(payload[len(payload) - n_err:]).decode("utf-8", "replace") if n_err else "",
+                    wall_s=float(wall_s), cpu_s=float(cpu_s),
+                )
+            except (ValueError, TypeError):
+                self.broken = True
+                return
+            if 0 <= i < len(self.tests) and status in TEST_STATUSES:
+                self.tests[i] = self.on_test(i, test) if self.on_test is not None else test
         elif kind in ("C", "E"):
-            closing = kind + ":" + payload.decode("utf-8", "replace")
+            self.closing = kind + ":" + bytes(payload).decode("utf-8", "replace")
         elif kind == "D":
-            return layers, tests, closing if closing is not None else ""
-    return layers, tests, closing
+            self.closing = self.closing if self.closing is not None else ""
+            self.done = True
 
 
 def run_program(
@@ -344,6 +379,7 @@ def run_program(
     limits: Limits | None = None,
     isolation: str = "auto",
     stop_on_failure: bool = False,
+    on_test: Callable[[int, TestOutcome], TestOutcome] | None = None,
 ) -> SandboxResult:
     """Run `code` once per element of `inputs` in a sandbox (module docstring) and report what each run did.
 
@@ -360,8 +396,13 @@ def run_program(
             separation and the network, PID and mount namespaces are available), "minimal" (session, rlimits,
             walltime, output cap, env and work dir only).
         stop_on_failure: skip the tests after the first one that does not exit 0.
+        on_test: called as ``on_test(i, outcome)`` in the caller's thread as soon as test `i` has finished, with
+            everything it printed and returned; the result keeps the `TestOutcome` it returns instead. A caller that
+            compares here and returns a slim outcome holds one test's output at a time (at most about twice
+            ``max_output_bytes``); without it the result keeps every test's output.
 
-    Never raises for anything the program does; raises ValueError for bad arguments.
+    Never raises for anything the program does (an exception raised by `on_test` is passed on, after the run is
+    killed and cleaned up); raises ValueError for bad arguments.
     """
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
@@ -382,7 +423,8 @@ def run_program(
     workdir = tempfile.mkdtemp(prefix="xrpo-sandbox-")
     proc = None
     killed = False
-    out = b""
+    frames = _Frames(len(inputs), 2 * limits.max_output_bytes + 65536, on_test)
+    err = b""
     try:
         if slot is not None:
             os.chown(workdir, slot.uid, slot.uid)
@@ -412,12 +454,11 @@ def run_program(
             [sys.executable, "-I", "-S", "-B", _BOOT, job_path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, cwd=workdir, env=_env(workdir), start_new_session=True, close_fds=True,
         )
-        cap = (limits.max_output_bytes * 3 + 8192) * max(1, len(inputs)) + 2**20
-        out, err, killed = _collect(proc, t0 + limits.sample_timeout + _STARTUP_GRACE_S, cap)
+        err, killed = _collect(proc, t0 + limits.sample_timeout + _STARTUP_GRACE_S, frames)
     finally:
         if proc is not None:
             _kill_group(proc)
-        if slot is not None and b"pidns" not in out[:512]:
+        if slot is not None and "pidns" not in (frames.layers or ()):
             # Without a PID namespace, processes of the slot uid may remain (ones that called setsid); with one,
             # they died with the harness, the namespace's init.
             _kill_uid(slot.uid)
@@ -425,28 +466,10 @@ def run_program(
         if slot is not None:
             slot.release()
     wall = time.monotonic() - t0
-    layers, frames, closing = _parse_frames(out)
-    layers = layers or ()
-    tests = [TestOutcome(status="not_run") for _ in inputs]
-    for f, payload in frames:
-        try:
-            i, status, exit_code, sig, wall_s, cpu_s, n_out, n_val, n_err = f
-            i, n_out, n_err = int(i), int(n_out), int(n_err)
-            n_val = None if n_val == "-" else int(n_val)
-            test = TestOutcome(
-                status=status, exit_code=None if exit_code == "-" else int(exit_code),
-                signal=None if sig == "-" else int(sig), stdout=payload[:n_out],
-                value=None if n_val is None else payload[n_out:n_out + n_val],
-                stderr=payload[len(payload) - n_err:].decode("utf-8", "replace") if n_err else "",
-                wall_s=float(wall_s), cpu_s=float(cpu_s),
-            )
-        except (ValueError, TypeError):
-            closing = None
-            break
-        if 0 <= i < len(tests) and status in TEST_STATUSES:
-            tests[i] = test
+    layers, tests = frames.layers or (), frames.tests
+    closing = None if frames.broken else frames.closing
     boot_err = err.decode("utf-8", "replace").strip()[-2000:]
-    if killed:
+    if killed and not frames.broken:
         return SandboxResult("timeout", tests, "the run passed its hard wall-clock limit and was killed", layers, wall)
     if closing is None:  # no closing frame: the harness died or its stream is corrupt
         detail = boot_err or f"the harness stopped without finishing (exit code {proc.returncode})"
@@ -458,9 +481,10 @@ def run_program(
     return SandboxResult("ok", tests, "", layers, wall)
 
 
-def _collect(proc, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
-    """Read the boot's stdout (at most `cap` bytes) and the tail of its stderr until EOF or `deadline`."""
-    out, err = bytearray(), bytearray()
+def _collect(proc, deadline: float, frames: _Frames) -> tuple[bytes, bool]:
+    """Feed the boot's stdout to `frames` until EOF, the end of the stream or `deadline`; keep the tail of its
+    stderr. Returns (stderr tail, killed: the deadline passed or the stream broke)."""
+    err = bytearray()
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(proc.stderr, selectors.EVENT_READ, "err")
@@ -478,8 +502,10 @@ def _collect(proc, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
                     sel.unregister(key.fileobj)
                     open_streams -= 1
                 elif key.data == "out":
-                    out += chunk
-                    if len(out) > cap:  # the harness caps each test; this only guards against a broken harness
+                    # After the closing frame, read on to EOF: the boot exits once it has reaped the harness
+                    # (killing it now would leave the harness a zombie for the host's init to reap). A broken stream
+                    # means a broken harness (it caps every test): stop.
+                    if not frames.done and not frames.feed(chunk) and frames.broken:
                         killed = True
                         open_streams = 0
                         break
@@ -488,7 +514,7 @@ def _collect(proc, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
                     del err[:-8192]
     finally:
         sel.close()
-    return bytes(out), bytes(err), killed
+    return bytes(err), killed
 
 
 def _kill_group(proc) -> None:
