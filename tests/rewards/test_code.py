@@ -521,6 +521,19 @@ def test_forged_passes_by_a_tolerance_on_integers(verifier):
     assert [r.score for r in verifier.verify_batch([p for p, _ in right], [ref for _, ref in right])] == [1.0] * 4
 
 
+def test_memory_error_in_the_stderr_of_a_correct_program_is_not_a_memory_failure(verifier):
+    noise = "import sys\nprint('MemoryError', file=sys.stderr)\nprint('OSError: Cannot allocate memory', file=sys.stderr)\n"
+    call = json.dumps({"tests": [{"input": "3", "output": "6", "testtype": "functional"}], "fn_name": "f"})
+    check = json.dumps({"test": "def check(candidate):\n    assert candidate(3) == 6\n", "entry_point": "f"})
+    f = "def f(x):\n    print('MemoryError', file=sys.stderr)\n    return 2 * x\n"
+    results = verifier.verify_batch(
+        [fence(noise + "a, b = map(int, input().split())\nprint(a + b)"), fence(noise + f), fence(noise + f)],
+        [ADD, call, check])
+    assert [(r.score, r.reason) for r in results] == [(1.0, None)] * 3, results
+    # a real MemoryError is still one
+    assert verifier.verify_batch([fence("x = bytearray(2 * 1024**3)")], [ADD])[0].reason == "memory"
+
+
 def test_the_grader_keeps_one_tests_output_at_a_time():
     """Every test of a program printing up to the cap: the caller held every test's stdout (several copies of it)
     until the program ended; now each is compared as it arrives and dropped."""

@@ -211,3 +211,33 @@ def test_prompt_prelude_is_derived_once_when_the_reference_is_parsed(verifier):
         parse_tests(bad)
     assert verifier.reference_errors([bad]) == [
         (0, "SyntaxError: the reference's 'prompt' is not Python code (nor a function header)")]
+
+
+# ------------------------------------------------------------------ issue 17: control flow of the check, memory the
+# address-space limit does not count, kernel keyrings
+
+STOP_ITERATION_CHECKS = {
+    # a StopIteration raised by the candidate inside map() reads as "no more items" to the consumer
+    "all(map)": "def check(candidate):\n    assert all(map(lambda x: candidate(x) == 2 * x, [1, 2, 3]))\n",
+    "sum(map)": "def check(candidate):\n    assert sum(map(lambda x: candidate(x) - 2 * x, [1, 2, 3])) == 0\n",
+    "next(default)": "def check(candidate):\n"
+                     "    assert next(filter(lambda x: candidate(x) != 2 * x, [1, 2, 3]), None) is None\n",
+    "iter(callable, sentinel)": "def check(candidate):\n    for got in iter(lambda: candidate(1), None):\n"
+                                "        assert got == 2\n        break\n",
+    "zip": "def check(candidate):\n    for x, y in zip([1, 2, 3], map(candidate, [1, 2, 3])):\n"
+           "        assert y == 2 * x\n",
+    "list comprehension": "def check(candidate):\n    assert not [y for y in map(candidate, [1, 2, 3]) if y % 2]\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(STOP_ITERATION_CHECKS))
+def test_a_candidates_exception_cannot_steer_the_check(verifier, name):
+    ref = json.dumps({"test": STOP_ITERATION_CHECKS[name], "entry_point": "double"})
+    right = verifier.verify_batch([fence("def double(x):\n    return 2 * x")], [ref])[0]
+    assert right.score == 1.0, right
+    for program in ("def double(x):\n    raise StopIteration",
+                    "def double(x):\n    raise StopIteration(2 * x)",
+                    "def double(x):\n    if x == 1:\n        raise StopIteration\n    return 2 * x",
+                    "def double(x):\n    raise StopAsyncIteration"):
+        r = grade(verifier, program, ref)
+        assert r.reason == "runtime_error" and "Stop" in r.metadata["detail"], (program, r)

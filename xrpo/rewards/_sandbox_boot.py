@@ -466,6 +466,12 @@ def _high_dup(fd: int) -> int:
     return fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
 
 
+def _memory_failure(stderr: str) -> bool:
+    """An allocation failure as a failed test's stderr shows it (the interpreter's MemoryError, or an OSError of
+    ENOMEM). Only asked about a test that failed: the text alone never fails one."""
+    return "MemoryError" in stderr or "Cannot allocate memory" in stderr
+
+
 def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc):
     lim = job["limits"]
     mode = job["mode"]
@@ -506,10 +512,11 @@ def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc):
     if status is None:
         if sig in (signal.SIGXCPU,) or (sig == signal.SIGKILL and cpu_used >= max(1, -(-cpu // 1)) - 0.05):
             status = "timeout"
-        elif "MemoryError" in stderr or "Cannot allocate memory" in stderr:
-            status = "memory"
         elif exit_code == 0 and sig is None:
+            # a clean exit is judged on its output alone, whatever its stderr says
             status = "ok" if mode == "stdin" or val else "runtime_error"
+        elif _memory_failure(stderr):
+            status = "memory"
         else:
             status = "runtime_error"
     return status, exit_code, sig, wall, cpu_used, out, (val if mode != "stdin" and val else None), err
@@ -889,9 +896,20 @@ def _check(code_obj, job) -> None:
             raise RuntimeError("malformed message from the program")
         if "e" in msg:
             name, text = (msg["e"] + ["", ""])[:2] if isinstance(msg["e"], list) else ("Exception", "")
-            cls = getattr(builtins, str(name), None)
-            if isinstance(cls, type) and issubclass(cls, Exception):
-                raise cls(f"raised in the program: {text}")
+            name, text = str(name)[:100], str(text)[:500]
+            cls = getattr(builtins, name, None)
+            # The check sees the candidate's exception as the same builtin class (a check may expect a ValueError),
+            # except the iteration protocol's own signals: a StopIteration raised inside map(), filter(), zip() or
+            # iter(f, sentinel) would read as "no more items" and end the check's loop as if every item had passed.
+            # Those become RuntimeError, as PEP 479 does for a generator.
+            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(
+                    cls, (StopIteration, StopAsyncIteration)):
+                try:
+                    exc = cls(f"raised in the program: {text}")
+                except Exception:  # noqa: BLE001 - a builtin whose constructor wants other arguments
+                    exc = None
+                if isinstance(exc, cls):
+                    raise exc
             raise RuntimeError(f"the program raised {name}: {text}")
         return msg
 
