@@ -47,6 +47,23 @@ layer                     what it guarantees                                    
                           tmpfs of ``max_disk_mb``; the caller's files cannot be
                           changed even if their permissions allow it
 ``ipcns``                 System V IPC and POSIX message queues of the host unseen     root, or user namespaces
+``keyring``               the harness joins a fresh anonymous session keyring: the     Linux on x86_64, aarch64,
+                          caller's session keyring (services and PAM logins have      riscv64 (the syscall number)
+                          one; a dropped uid still possesses it) is out of reach
+``seccomp``               the program's syscalls that hold memory the address-space    Linux on x86_64, aarch64,
+                          limit does not count, or reach kernel keyrings, fail with    riscv64, with seccomp
+                          EPERM: memfd_create, memfd_secret, System V shm / msg /      filters (any caller: it
+                          sem, mq_open, socket, socketpair, io_uring_setup, bpf,       needs no privilege)
+                          add_key, request_key, keyctl (and every syscall of another
+                          ABI: i386, x32); installed on the harness, so no test can
+                          undo it. Memory outside the address space is then bounded
+                          by the work dir's tmpfs (``max_disk_mb``) and pipe buffers
+``cgroup``                the run in a cgroup v2 of its own, ``memory.max`` =          a cgroup v2 with the memory
+                          ``memory_mb`` + 64 MiB (the harness), no swap: counts        controller the caller may
+                          every process together, shared and file memory, kernel       create children in:
+                          buffers; an OOM kill is status "memory"; ``cgroup.kill``     $XRPO_SANDBOX_CGROUP, or the
+                          afterwards                                                   hierarchy's root when the
+                                                                                       caller sits in it
 ``rootfs``                the program's ``/`` is a fresh tmpfs holding read-only       ``mountns``, and a kernel
                           binds of /usr, /lib*, /bin, /sbin, the interpreter's         that allows the binds
                           installation (every site-packages emptied), the linker       (else: the host's tree,
@@ -59,6 +76,14 @@ layer                     what it guarantees                                    
 Without ``pidns`` and ``uid``, the harness is a child subreaper and kills every descendant it can find in /proc
 after each test; a process that escaped that search (a double fork racing the scan) can outlive the run.
 
+Without ``seccomp`` (another machine, a kernel without seccomp filters) and without ``cgroup``, memory a program
+holds in memfds, System V shared memory or socket buffers is not counted by ``memory_mb`` (hundreds of MB more can be
+held), System V segments outlive a test until the run ends (``ipcns``: never the run), and keys a program adds to its
+uid's user keyring outlive it. ``memory_mb`` bounds each process's address space: ``max_processes`` processes may
+each use it, except under ``cgroup``, which bounds the run as a whole. On a cgroup v1 (hybrid) host, in an
+unprivileged container and in a systemd session there is no ``cgroup`` unless a delegated cgroup v2 is named by
+$XRPO_SANDBOX_CGROUP.
+
 Not guaranteed: CPU cache or timing side channels; keeping out what ``rootfs`` shows (the system's binaries and
 libraries and the standard library: data installed under /usr stays readable); without ``rootfs``, keeping out any
 world-readable file (keep secrets mode 0600; as the caller's own user without namespaces nothing of the caller's is
@@ -66,8 +91,9 @@ private). Verdicts cannot be forged from inside: stdin outputs and returned valu
 check-mode verdicts come from the checker. Without ``mountns`` a program can write to world-writable places (/tmp,
 /dev/shm) within the file-size limit; without ``netns`` it can use the network; without ``uid`` and namespaces (a
 non-root caller with user namespaces disabled) it runs as the caller's user and can touch the caller's files.
-``isolation="strict"`` refuses to run unless ``uid`` or user-namespace isolation, all four namespaces and ``rootfs``
-are in force.
+``isolation="strict"`` refuses to run unless ``uid`` or user-namespace isolation, all four namespaces, ``rootfs`` and
+``seccomp`` are in force. ``isolation="minimal"`` gets the layers that need no privilege: the first six, ``keyring``
+and ``seccomp``.
 
 The program sees the interpreter's standard library only (``-I -S``: no site-packages). docs/code.md has the same
 table by kind of caller (root / user namespaces / neither).
@@ -76,6 +102,7 @@ table by kind of caller (root / user namespaces / neither).
 from __future__ import annotations
 
 import functools
+import itertools
 import marshal
 import os
 import selectors
@@ -105,7 +132,8 @@ class Limits:
         cpu_seconds: CPU seconds per test (RLIMIT_CPU); None: `timeout` rounded up.
         sample_timeout: wall-clock seconds for the whole program (all its tests); tests not started by then are
             "not_run". The caller kills everything a few seconds after this if the harness has not returned.
-        memory_mb: address space per process (RLIMIT_AS).
+        memory_mb: address space per process (RLIMIT_AS); with the ``cgroup`` layer also the memory of the whole run
+            (every process, shared and file memory, kernel buffers), plus 64 MiB for the harness.
         max_output_bytes: bytes read per test from stdout (and from stderr, and of a returned value); past it the
             test is killed with status "output_limit".
         max_processes: processes and threads the program may have at once (RLIMIT_NPROC; binds only under a
@@ -289,6 +317,86 @@ def _count_processes(uid: int) -> int | None:
     return total
 
 
+# cgroup v2: each run in a cgroup of its own whose memory.max counts what the address-space limit cannot (memfd and
+# shared memory pages, files in its tmpfs, pipe and socket buffers, every process together). The harness and its
+# interpreter get this much on top of `memory_mb`.
+_CGROUP_ENV = "XRPO_SANDBOX_CGROUP"
+_CGROUP_HARNESS_MB = 64
+_cgroup_seq = itertools.count()
+
+
+@functools.lru_cache(maxsize=1)
+def _cgroup_parent() -> str | None:
+    """A cgroup v2 directory under which each run can get a child cgroup with the memory controller: the one named by
+    $XRPO_SANDBOX_CGROUP (a cgroup delegated to this user), else the root of the cgroup v2 hierarchy when the caller
+    itself sits in it (a VM or a privileged container whose processes all live in the root). None anywhere else:
+    hybrid hosts whose memory controller is cgroup v1, an unprivileged container, a systemd session."""
+    path = os.environ.get(_CGROUP_ENV)
+    try:
+        if not path:
+            with open("/proc/self/cgroup") as f:
+                if "0::/\n" not in f.read().splitlines(keepends=True):
+                    return None
+            with open("/proc/self/mountinfo") as f:
+                for line in f:
+                    head, _, tail = line.partition(" - ")
+                    fields = head.split()
+                    if tail.split()[:1] == ["cgroup2"] and fields[3] == "/":
+                        path = fields[4]
+                        break
+            if not path:
+                return None
+        with open(os.path.join(path, "cgroup.controllers")) as f:
+            if "memory" not in f.read().split():
+                return None
+        with open(os.path.join(path, "cgroup.subtree_control")) as f:
+            enabled = "memory" in f.read().split()
+        if not enabled:  # allowed only where no process lives in `path` itself (or it is the root)
+            with open(os.path.join(path, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory")
+    except (OSError, IndexError):
+        return None
+    return path
+
+
+def _make_cgroup(limits: Limits) -> str | None:
+    """A fresh cgroup for one run with its memory limit set, or None where cgroup v2 is not available here (the
+    boot joins it, and lists ``cgroup`` among the layers only if that worked)."""
+    parent = _cgroup_parent()
+    if parent is None:
+        return None
+    path = os.path.join(parent, f"xrpo-sandbox-{os.getpid()}-{next(_cgroup_seq)}")
+    try:
+        os.mkdir(path)
+        with open(os.path.join(path, "memory.max"), "w") as f:
+            f.write(str((limits.memory_mb + _CGROUP_HARNESS_MB) * 2**20))
+        try:
+            with open(os.path.join(path, "memory.swap.max"), "w") as f:
+                f.write("0")
+        except OSError:  # no swap accounting on this kernel: nothing to turn off
+            pass
+    except OSError:
+        _remove_cgroup(path)
+        return None
+    return path
+
+
+def _remove_cgroup(path: str) -> None:
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as f:  # Linux >= 5.14: every process left in it
+            f.write("1")
+    except OSError:
+        pass
+    for _ in range(200):  # processes killed a moment ago may still be exiting
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.005)
+
+
 def _env(workdir: str) -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -425,6 +533,7 @@ def run_program(
     killed = False
     frames = _Frames(len(inputs), 2 * limits.max_output_bytes + 65536, on_test)
     err = b""
+    cgroup = _make_cgroup(limits) if isolation != "minimal" else None
     try:
         if slot is not None:
             os.chown(workdir, slot.uid, slot.uid)
@@ -434,7 +543,7 @@ def run_program(
             "limits": asdict(limits), "stop_on_failure": bool(stop_on_failure),
             "uid": slot.uid if slot else None, "namespaces": isolation != "minimal", "strict": isolation == "strict",
             "workdir": workdir, "python_dirs": list(_python_dirs()), "caller_uid": os.getuid(), "caller_gid": os.getgid(),
-            "nproc_base": None if root else _count_processes(os.getuid()),
+            "nproc_base": None if root else _count_processes(os.getuid()), "cgroup": cgroup,
         }
         if mode == "check":
             job["check_path"] = os.path.join(workdir, ".check")
@@ -458,6 +567,8 @@ def run_program(
     finally:
         if proc is not None:
             _kill_group(proc)
+        if cgroup is not None:
+            _remove_cgroup(cgroup)
         if slot is not None and "pidns" not in (frames.layers or ()):
             # Without a PID namespace, processes of the slot uid may remain (ones that called setsid); with one,
             # they died with the harness, the namespace's init.
