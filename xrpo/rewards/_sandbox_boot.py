@@ -1,7 +1,9 @@
 """The inside of the sandbox (`xrpo.rewards.sandbox`): the boot script and the test harness.
 
-Run as a script by `xrpo.rewards.sandbox.run_program`: ``python -I -S -B _sandbox_boot.py JOB`` where JOB is a
-marshal file the caller wrote (and this script deletes). It imports only what it needs from the standard library
+Started by `xrpo.rewards.sandbox.run_program` as ``python -I -S -B -c LOADER JOB``: JOB is a file the caller wrote
+(and LOADER deletes) holding this module's code object, compiled once per caller process, then the job, both
+marshalled; LOADER runs the code and calls `_boot(job)`. (Run as a script, ``_sandbox_boot.py JOB`` takes a file
+holding only the job.) It imports only what it needs from the standard library
 (not json, re or selectors, which would double the start-up time), and nothing from xrpo.
 
 Stream to the caller (stdout), one frame per event: an ASCII header line ``KIND N FIELDS...`` then N payload bytes.
@@ -299,11 +301,16 @@ def _setup_host_readonly(libc: _Libc, job: dict, uid: int | None) -> None:
     os.chdir(workdir)  # the old cwd is the directory under the new tmpfs
 
 
-def _boot(job_path: str) -> None:
-    """Entry point of the sandbox process (run as a script): isolate, fork the harness, wait for it."""
+def _main(job_path: str) -> None:
+    """Run as a script on a job file that holds only the job (the caller's file starts with this module's code)."""
     with open(job_path, "rb") as f:
         job = marshal.load(f)
     os.unlink(job_path)
+    _boot(job)
+
+
+def _boot(job: dict) -> None:
+    """Entry point of the sandbox process: isolate, fork the harness, wait for it."""
     if job.get("check_path"):
         # check mode: the check code (which holds the expected values) stays in this file, read only by each test's
         # check process after it has forked the program's process, so that no process running the program ever
@@ -1074,4 +1081,4 @@ def _check(code_obj, job) -> None:
 
 
 if __name__ == "__main__":
-    _boot(sys.argv[1])
+    _main(sys.argv[1])
