@@ -395,8 +395,8 @@ def test_compare_values_gives_a_verdict_for_any_values(got, want):
 
 
 @settings(max_examples=300, deadline=None)
-@given(x=st.one_of(st.integers(), st.integers(-10**400, 10**400)), y=st.one_of(st.integers(), st.integers(-10**400, 10**400)),
-       f=st.floats(allow_nan=True, allow_infinity=True))
+@given(x=st.one_of(st.integers(), st.integers(-10**400, 10**400)),
+       y=st.one_of(st.integers(), st.integers(-10**400, 10**400)), f=st.floats(allow_nan=True, allow_infinity=True))
 def test_compare_values_integers_exactly(x, y, f):
     assert compare_values(x, y) is (x == y)
     assert compare_values(f, y) is (f == y)  # a float where an int is expected: only the exact value (Python's ==)
@@ -512,7 +512,8 @@ def test_forged_passes_by_a_tolerance_on_integers(verifier):
     stdin = json.dumps([{"input": "", "output": "1000000000\n"}])
     call = json.dumps({"tests": [{"input": "1", "output": "1000000000", "testtype": "functional"}], "fn_name": "f"})
     programs = [(fence("print('1000000500.0')"), stdin), (fence("print(1e9 - 0.0001)"), stdin),
-                (fence("def f(x):\n    return 1000000500.0"), call), (fence("def f(x):\n    return 999999999.9999"), call)]
+                (fence("def f(x):\n    return 1000000500.0"), call),
+                (fence("def f(x):\n    return 999999999.9999"), call)]
     for r in verifier.verify_batch([p for p, _ in programs], [ref for _, ref in programs]):
         assert (r.score, r.reason) == (0.0, "wrong_answer"), r
     # the exact value is still right, as an integer or (exactly) as a float
@@ -522,7 +523,8 @@ def test_forged_passes_by_a_tolerance_on_integers(verifier):
 
 
 def test_memory_error_in_the_stderr_of_a_correct_program_is_not_a_memory_failure(verifier):
-    noise = "import sys\nprint('MemoryError', file=sys.stderr)\nprint('OSError: Cannot allocate memory', file=sys.stderr)\n"
+    noise = ("import sys\nprint('MemoryError', file=sys.stderr)\n"
+             "print('OSError: Cannot allocate memory', file=sys.stderr)\n")
     call = json.dumps({"tests": [{"input": "3", "output": "6", "testtype": "functional"}], "fn_name": "f"})
     check = json.dumps({"test": "def check(candidate):\n    assert candidate(3) == 6\n", "entry_point": "f"})
     f = "def f(x):\n    print('MemoryError', file=sys.stderr)\n    return 2 * x\n"
@@ -541,6 +543,7 @@ def test_the_grader_keeps_one_tests_output_at_a_time():
     v = CodeVerifier(timeout=10, sample_timeout=60, memory_mb=256, workers=1, max_output_mb=1)
     ref = json.dumps([{"input": "", "output": "1 " * 10 + "3\n"}] * n)
     program = fence(f"import sys\nsys.stdout.write('1 ' * ({cap} // 2 - 8))")
+    v.verify_batch([fence("print(3)")], [ref])  # what the first run of a process allocates once (the boot's code)
     tracemalloc.start()
     try:
         r = v.verify_batch([program], [ref])[0]

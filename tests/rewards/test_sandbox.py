@@ -395,7 +395,7 @@ def test_minimal_isolation_still_cleans_up_and_limits():
         print('x')
     """, isolation="minimal")
     assert res.tests[0].status == "ok"
-    # the layers that need no privilege: no namespace, uid or cgroup; the keyring and seccomp where this machine has them
+    # the layers that need no privilege: no namespace, uid or cgroup; keyring and seccomp where this machine has them
     assert res.isolation[:6] == ("session", "rlimits", "walltime", "output_cap", "env", "workdir")
     assert set(res.isolation[6:]) <= {"keyring", "seccomp"}
     res = run("while True:\n    pass", isolation="minimal", limits=Limits(timeout=1, sample_timeout=5, memory_mb=256))
@@ -720,7 +720,7 @@ def test_a_test_outcome_streams_to_the_caller_as_it_arrives():
 def test_the_cgroup_bounds_the_run_as_a_whole(layers):
     """Four processes, each within its address-space limit, together past the run's cgroup limit."""
     if "cgroup" not in layers:
-        pytest.skip("no cgroup v2 memory controller for the sandbox on this machine (docs/code.md: XRPO_SANDBOX_CGROUP)")
+        pytest.skip("no cgroup v2 memory controller for the sandbox here (docs/code.md: XRPO_SANDBOX_CGROUP)")
     res = run("""
         import os, time
         kids = []

@@ -457,11 +457,15 @@ class _Frames:
             if len(buf) - nl - 1 < size:
                 break  # the rest of this frame is still on its way
             with memoryview(buf) as view:
-                self._frame(head[0], head[2:], view[nl + 1:nl + 1 + size])
-            del buf[:nl + 1 + size]
+                test = self._frame(head[0], head[2:], view[nl + 1:nl + 1 + size])
+            del buf[:nl + 1 + size]  # before `on_test`: the frame and the outcome copied out of it are never both held
+            if test is not None:
+                i, outcome = test
+                self.tests[i] = self.on_test(i, outcome) if self.on_test is not None else outcome
         return not (self.done or self.broken)
 
-    def _frame(self, kind: str, fields: list[str], payload: memoryview) -> None:
+    def _frame(self, kind: str, fields: list[str], payload: memoryview) -> tuple[int, TestOutcome] | None:
+        """Take one frame; a test's frame is returned as (index, outcome)."""
         if kind == "H":
             self.layers = tuple(x for x in bytes(payload).decode("ascii", "replace").split(",") if x)
         elif kind == "T":
@@ -478,14 +482,15 @@ class _Frames:
                 )
             except (ValueError, TypeError):
                 self.broken = True
-                return
+                return None
             if 0 <= i < len(self.tests) and status in TEST_STATUSES:
-                self.tests[i] = self.on_test(i, test) if self.on_test is not None else test
+                return i, test
         elif kind in ("C", "E"):
             self.closing = kind + ":" + bytes(payload).decode("utf-8", "replace")
         elif kind == "D":
             self.closing = self.closing if self.closing is not None else ""
             self.done = True
+        return None
 
 
 def run_program(
