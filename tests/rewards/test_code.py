@@ -412,11 +412,28 @@ def test_a_returned_value_gives_a_verdict_for_any_bytes(raw, want):
     assert isinstance(ok, bool) and ok is (why == "") and len(why) < 400
 
 
+def test_a_returned_value_is_not_parsed_into_many_times_its_size():
+    """JSON of empty lists becomes objects 18 times its size: 15 MB of it was 300 MB in the grader's thread."""
+    value = b"[" + b"[]," * 5_000_000 + b"[]]"
+    tracemalloc.start()
+    try:
+        ok, why = compare_returned(value, [[1], [2]])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not ok and why == "the returned value's JSON has 15000004 bytes, more than any match could (144)"
+    assert peak < 2**20
+    # every writing of a matching value is within the bound: floats' repr, a float for an int, escapes
+    for got, want in ((2.220446049250313e-16, 0.0), (0.9999999999999999, 1.0), (5.0, 5), ("\U0001f600" * 3, "\U0001f600" * 3),
+                      ([1.0000000000000002] * 50, [1] * 50), (float("nan"), float("nan")), (10**30 * 1.0, 10**30)):
+        assert compare_returned(json.dumps(got).encode(), want)[0] is compare_values(got, want), (got, want)
+
+
 def test_compare_returned():
     assert compare_returned(b"[0, 1]", [0, 1]) == (True, "")
     assert compare_returned(b"1000000500.0", 1000000000) == (False, "returned 1000000500.0, expected 1000000000")
     deep = b"[" * 100_000 + b"]" * 100_000
-    assert compare_returned(deep, [1]) == (False, "the returned value could not be read (nested too deeply)")
+    assert compare_returned(deep, [0] * 30000) == (False, "the returned value could not be read (nested too deeply)")
     assert compare_returned(b"1" * 5000, 1)[0] is False
     assert compare_returned(b"\xff", "x") == (False, "the returned value could not be read (not JSON)")
 

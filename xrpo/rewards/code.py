@@ -30,7 +30,9 @@ Grading one completion against a reference:
      float by an int or float within ``float_tol`` (NaN only by NaN, an infinity only by itself); bools only by
      bools; strings, None, lists and dicts by the same structure. An expected value wrapped in a one-element list
      also accepts the bare value (the APPS/TACO convention ``outputs[i] == [value]``). A returned JSON text that
-     does not parse (nested past the recursion limit, an int past Python's 4,300-digit limit, not UTF-8) fails.
+     does not parse (nested past the recursion limit, an int past Python's 4,300-digit limit, not UTF-8) fails, and
+     so does one longer than 8 times the expected value's JSON plus 64 bytes, unparsed (json.loads would build
+     objects up to 18 times its size).
    - check: `check(candidate)` returned without raising. An exception the candidate raises reaches the check as
      the same builtin class, except StopIteration / StopAsyncIteration, which would end a ``map()`` or
      ``iter(f, sentinel)`` loop of the check as if all had passed: they become RuntimeError (as PEP 479 does).
@@ -583,7 +585,7 @@ def _equal(a: Any, b: Any, tol: float) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _show_value(value: Any, n: int = 100) -> str:
+def _show_value(value: Any, n: int | None = 100) -> str:
     try:
         return json.dumps(value)[:n]
     except (TypeError, ValueError, RecursionError):
@@ -594,6 +596,11 @@ def compare_returned(value: bytes, expected: Any, *, float_tol: float = 1e-6) ->
     """Does the JSON text a function-call test sent back (`TestOutcome.value`) hold the expected value? Returns
     `(match, what differed)`; gives a verdict for any bytes (a value nested too deeply for json, an int past its
     digit limit, bytes that are not JSON all fail)."""
+    # json.loads builds objects many times the size of their text ("[]," is a 56-byte list): a value whose JSON
+    # is far longer than any writing of the expected one (floats' repr at most 8 times, "1.0" for 1) is not parsed
+    limit = 8 * len(_show_value(expected, None)) + 64
+    if len(value) > limit:
+        return False, f"the returned value's JSON has {len(value)} bytes, more than any match could ({limit})"
     try:
         got = json.loads(value)
     except RecursionError:
