@@ -586,6 +586,21 @@ def _oom_kills(events_fd) -> int:
     return 0
 
 
+def _oom_first() -> None:
+    """Make this test's processes the cgroup OOM killer's first choice, before the harness. A non-dumpable process's
+    /proc files belong to root, so it is dumpable for the moment of the write (nothing else of its uid runs then)."""
+    try:
+        libc = _Libc()
+        libc.prctl(_PR_SET_DUMPABLE, 1)
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        finally:
+            libc.prctl(_PR_SET_DUMPABLE, 0)
+    except OSError:
+        pass
+
+
 def _memory_failure(stderr: str) -> bool:
     """An allocation failure as a failed test's stderr shows it (the interpreter's MemoryError, or an OSError of
     ENOMEM). Only asked about a test that failed: the text alone never fails one."""
@@ -619,11 +634,7 @@ def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc, in_fd
                 os.dup2(fd, target)
             os.closerange(len(fds), 1 << 16)
             if events_fd is not None:
-                try:  # the cgroup's OOM killer takes the test's processes before the harness
-                    with open("/proc/self/oom_score_adj", "w") as f:
-                        f.write("1000")
-                except OSError:
-                    pass
+                _oom_first()
             _set_limits(lim, cpu, nproc)
             _child(mode, code_obj, job, test_input)
         finally:
