@@ -738,3 +738,10 @@ def test_the_cgroup_bounds_the_run_as_a_whole(layers):
         print("held")
     """, limits=Limits(timeout=8, sample_timeout=20, memory_mb=256, max_processes=8))
     assert res.tests[0].status == "memory", res.tests[0]
+
+
+def test_a_lone_surrogate_in_the_program_text_is_a_compile_error_not_a_sandbox_failure():
+    """Decoded model output can hold one. Python cannot compile it; the harness's copy of the program for tracebacks
+    failed on it first, and the run ended as an unexplained sandbox error."""
+    res = run("print(3)  # \ud800\n")
+    assert res.status == "compile_error" and "surrogates not allowed" in res.error, res

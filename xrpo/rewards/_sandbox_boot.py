@@ -540,7 +540,7 @@ def _harness(job: dict, layers: list, pidns: bool, own_uid: bool, stdin_fd: int)
     deadline = time.monotonic() + lim["sample_timeout"]
     code = job["code"]
     try:
-        with open("solution.py", "w", encoding="utf-8") as f:  # so that tracebacks show the program's lines
+        with open("solution.py", "w", encoding="utf-8", errors="surrogatepass") as f:  # tracebacks show its lines
             f.write(code)
     except OSError:
         pass
