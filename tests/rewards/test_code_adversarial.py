@@ -11,6 +11,8 @@ import json
 import os
 import socket
 import subprocess
+import sys
+import textwrap
 import uuid
 
 import pytest
@@ -118,8 +120,9 @@ def test_opening_a_socket(verifier, layers):
         r = grade(verifier, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)")
     finally:
         server.close()
-    assert r.reason == "runtime_error" and ("Connection" in r.metadata["detail"] or "unreachable" in
-                                             r.metadata["detail"]), r
+    # refused by seccomp (no sockets at all), or with a network namespace but no seccomp filter: nothing to reach
+    assert r.reason == "runtime_error" and any(why in r.metadata["detail"] for why in (
+        "Operation not permitted", "Connection", "unreachable")), r
 
 
 def test_killing_the_caller_and_a_bystander(verifier, layers, bystander):
@@ -211,3 +214,194 @@ def test_prompt_prelude_is_derived_once_when_the_reference_is_parsed(verifier):
         parse_tests(bad)
     assert verifier.reference_errors([bad]) == [
         (0, "SyntaxError: the reference's 'prompt' is not Python code (nor a function header)")]
+
+
+# ------------------------------------------------------------------ issue 17: control flow of the check, memory the
+# address-space limit does not count, kernel keyrings
+
+STOP_ITERATION_CHECKS = {
+    # a StopIteration raised by the candidate inside map() reads as "no more items" to the consumer
+    "all(map)": "def check(candidate):\n    assert all(map(lambda x: candidate(x) == 2 * x, [1, 2, 3]))\n",
+    "sum(map)": "def check(candidate):\n    assert sum(map(lambda x: candidate(x) - 2 * x, [1, 2, 3])) == 0\n",
+    "next(default)": "def check(candidate):\n"
+                     "    assert next(filter(lambda x: candidate(x) != 2 * x, [1, 2, 3]), None) is None\n",
+    "iter(callable, sentinel)": "def check(candidate):\n    for got in iter(lambda: candidate(1), None):\n"
+                                "        assert got == 2\n        break\n",
+    "zip": "def check(candidate):\n    for x, y in zip([1, 2, 3], map(candidate, [1, 2, 3])):\n"
+           "        assert y == 2 * x\n",
+    "list comprehension": "def check(candidate):\n    assert not [y for y in map(candidate, [1, 2, 3]) if y % 2]\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(STOP_ITERATION_CHECKS))
+def test_a_candidates_exception_cannot_steer_the_check(verifier, name):
+    ref = json.dumps({"test": STOP_ITERATION_CHECKS[name], "entry_point": "double"})
+    right = verifier.verify_batch([fence("def double(x):\n    return 2 * x")], [ref])[0]
+    assert right.score == 1.0, right
+    for program in ("def double(x):\n    raise StopIteration",
+                    "def double(x):\n    raise StopIteration(2 * x)",
+                    "def double(x):\n    if x == 1:\n        raise StopIteration\n    return 2 * x",
+                    "def double(x):\n    raise StopAsyncIteration"):
+        r = grade(verifier, program, ref)
+        assert r.reason == "runtime_error" and "Stop" in r.metadata["detail"], (program, r)
+
+
+# Each program tries to hold three times its memory limit in memory the address-space limit does not count, and
+# prints "held" when it does: the reference expects exactly that, so an attack that works scores 1.0.
+MEMORY_MB = 128
+MEMORY_HOGS = {
+    "memfd": """
+        import os
+        fds = []
+        for _ in range(TARGET // 32):
+            fd = os.memfd_create("hog")
+            for _ in range(32):
+                os.write(fd, b"x" * 2**20)
+            fds.append(fd)
+    """,
+    "memfd via ftruncate and a mapping undone": """
+        import mmap, os
+        fds = []
+        for _ in range(TARGET // 32):
+            fd = os.memfd_create("hog")
+            os.ftruncate(fd, 32 * 2**20)
+            m = mmap.mmap(fd, 32 * 2**20)
+            for i in range(0, 32 * 2**20, 4096):
+                m[i] = 1
+            m.close()
+            fds.append(fd)
+    """,
+    "System V shared memory": """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        for _ in range(TARGET // 32):
+            sid = libc.shmget(0, 32 * 2**20, 0o1600)
+            if sid < 0:
+                raise OSError(ctypes.get_errno(), "shmget")
+            addr = libc.shmat(sid, None, 0)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), "shmat")
+            ctypes.memset(addr, 1, 32 * 2**20)
+            libc.shmdt(ctypes.c_void_p(addr))
+    """,
+    "System V message queues": """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        msg = ctypes.create_string_buffer(8 + 8000)
+        ctypes.c_long.from_buffer(msg).value = 1
+        held = 0
+        while held < TARGET * 2**20:
+            q = libc.msgget(0, 0o1600)
+            if q < 0:
+                raise OSError(ctypes.get_errno(), "msgget")
+            while libc.msgsnd(q, msg, 8000, 0o4000) == 0:
+                held += 8000
+    """,
+    "socket buffers": """
+        import socket
+        pairs, held = [], 0
+        while held < TARGET * 2**20:
+            a, b = socket.socketpair()
+            a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)  # the kernel caps it at net.core.wmem_max
+            a.setblocking(False)
+            try:
+                while True:
+                    held += a.send(b"x" * 65536)
+            except BlockingIOError:
+                pass
+            pairs.append((a, b))
+    """,
+    "POSIX shared memory": """
+        from multiprocessing import shared_memory
+        s = shared_memory.SharedMemory(create=True, size=TARGET * 2**20)
+        s.buf[::4096] = b"x" * len(s.buf[::4096])
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_HOGS))
+def test_memory_outside_the_address_space_is_limited(name):
+    v = CodeVerifier(timeout=10.0, sample_timeout=20.0, memory_mb=MEMORY_MB, workers=1, max_processes=8)
+    program = f"TARGET = {3 * MEMORY_MB}\n" + textwrap.dedent(MEMORY_HOGS[name]) + "print('held')\n"
+    r = v.verify_batch([fence(program)], [json.dumps([{"input": "", "output": "held"}])])[0]
+    assert r.score == 0.0 and r.reason in ("runtime_error", "memory"), (name, r)
+
+
+def test_system_v_segments_do_not_outlive_their_test(verifier):
+    """Test 0 creates a segment under a fixed key; test 1 finds it by that key (the attack passes if it can)."""
+    program = """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if input() == "0":
+            sid = libc.shmget(0x58525031, 4096, 0o1600)
+            print("created" if sid >= 0 else "failed")
+        else:
+            print("found" if libc.shmget(0x58525031, 0, 0) >= 0 else "gone")
+    """
+    ref = json.dumps([{"input": "0", "output": "created"}, {"input": "1", "output": "found"}])
+    r = grade(verifier, textwrap.dedent(program), ref)
+    assert r.metadata["tests"][1] != ".", r
+
+
+_KEYS = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ADD_KEY, REQUEST_KEY, KEYCTL = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219),
+                                "riscv64": (217, 218, 219)}[os.uname().machine]
+SESSION, USER = -3, -4  # KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING
+def add_key(desc, payload, ring):
+    return libc.syscall(ADD_KEY, b"user", desc, payload, ctypes.c_size_t(len(payload)), ctypes.c_long(ring))
+def read_key(desc, ring):
+    kid = libc.syscall(KEYCTL, 10, ctypes.c_long(ring), b"user", desc, 0)  # KEYCTL_SEARCH
+    if kid < 0:
+        return None
+    buf = ctypes.create_string_buffer(4096)
+    n = libc.syscall(KEYCTL, 11, ctypes.c_long(kid), buf, 4096)  # KEYCTL_READ
+    return buf.raw[:n].decode(errors="replace") if n >= 0 else "unreadable"
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64", "riscv64") or not os.path.exists("/proc/keys"),
+                    reason="kernel keyrings on a machine whose syscall numbers this test knows")
+def test_kernel_keyrings_are_out_of_reach(tmp_path):
+    """A caller with a session keyring (services and PAM logins have one) holding a secret; one program tries to
+    read it, to plant a key there and in its uid's user keyring; the next program looks for the planted key."""
+    token = uuid.uuid4().hex
+    caller = tmp_path / "caller.py"
+    caller.write_text(_KEYS + textwrap.dedent(f"""
+        import json, textwrap
+        from xrpo.rewards.sandbox import Limits, run_program
+        assert libc.syscall(KEYCTL, 1, b"xrpo-test-session") >= 0, "KEYCTL_JOIN_SESSION_KEYRING"
+        assert add_key(b"xrpo-secret", b"{token}", SESSION) >= 0
+        L = Limits(timeout=5, sample_timeout=20, memory_mb=256)
+        keys = {_KEYS!r}
+        first = keys + textwrap.dedent('''
+            import json
+            print(json.dumps({{"read": [read_key(b"xrpo-secret", r) for r in (SESSION, USER, -5, -2, -1)],
+                              "request": libc.syscall(REQUEST_KEY, b"user", b"xrpo-secret", None, 0),
+                              "planted": [add_key(b"xrpo-planted-{token}", b"x", r) for r in (SESSION, USER)],
+                              "uid": os.getuid()}}))
+        ''')
+        second = keys + textwrap.dedent('''
+            import json
+            print(json.dumps({{"found": [read_key(b"xrpo-planted-{token}", r) for r in (SESSION, USER, -5)],
+                              "uid": os.getuid()}}))
+        ''')
+        a = run_program(first, "stdin", [""], limits=L)
+        b = run_program(second, "stdin", [""], limits=L)
+        print(json.dumps({{"a": a.tests[0].stdout.decode(), "a_err": a.tests[0].stderr,
+                          "b": b.tests[0].stdout.decode(), "b_err": b.tests[0].stderr,
+                          "caller_sees_planted": read_key(b"xrpo-planted-{token}", SESSION),
+                          "caller_secret": read_key(b"xrpo-secret", SESSION)}}))
+    """))
+    proc = subprocess.run([sys.executable, str(caller)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["caller_secret"] == token  # the caller really had the secret in its session keyring
+    a, b = json.loads(out["a"] or "null"), json.loads(out["b"] or "null")
+    assert a is not None and b is not None, out
+    assert token not in out["a"] and a["read"] == [None] * 5 and a["request"] < 0, a
+    assert out["caller_sees_planted"] is None
+    assert b["found"] == [None] * 3, (a, b)  # nothing a program stored survives to the next one on its uid

@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -394,7 +395,9 @@ def test_minimal_isolation_still_cleans_up_and_limits():
         print('x')
     """, isolation="minimal")
     assert res.tests[0].status == "ok"
-    assert res.isolation == ("session", "rlimits", "walltime", "output_cap", "env", "workdir")
+    # the layers that need no privilege: no namespace, uid or cgroup; keyring and seccomp where this machine has them
+    assert res.isolation[:6] == ("session", "rlimits", "walltime", "output_cap", "env", "workdir")
+    assert set(res.isolation[6:]) <= {"keyring", "seccomp"}
     res = run("while True:\n    pass", isolation="minimal", limits=Limits(timeout=1, sample_timeout=5, memory_mb=256))
     assert res.tests[0].status == "timeout"
 
@@ -620,6 +623,8 @@ def test_unprivileged_caller(tmp_path):
         r = run_program("import os\\ndef f(x):\\n    os.write(3, b'pass')\\n    os._exit(0)\\n", "check", [None],
                         check_code="def check(c):\\n    assert c(2) == 4\\n", entry_point="f", limits=L)
         print("FORGE", r.tests[0].status, r.tests[0].value)
+        r = run_program("import os\\nos.memfd_create('x')\\nprint('made')", "stdin", [""], limits=L)
+        print("MEMFD", r.tests[0].status, b"made" in r.tests[0].stdout)
     """))
     secret.write_text("TOPSECRET")
     secret.chmod(0o644)  # readable by the unprivileged caller itself: only the program's root keeps it out
@@ -648,3 +653,95 @@ def test_unprivileged_caller(tmp_path):
         assert {"netns", "pidns", "mountns"} <= layers
     if "rootfs" in layers:
         assert lines["SECRET"] == "runtime_error False"
+    if os.uname().machine in SECCOMP_ARCHES:  # no privilege needed: an unprivileged caller gets it too
+        assert {"seccomp", "keyring"} <= layers
+        assert lines["MEMFD"] == "runtime_error False"
+
+
+# ------------------------------------------------------------------ issue 17: seccomp, keyrings, streamed outcomes
+
+SECCOMP_ARCHES = ("x86_64", "aarch64", "riscv64")
+
+
+def test_seccomp_denies_what_the_limits_cannot_count_and_nothing_else(layers):
+    if not sys.platform.startswith("linux") or os.uname().machine not in SECCOMP_ARCHES:
+        pytest.skip("the seccomp filter is built for Linux on x86_64, aarch64 and riscv64")
+    assert {"seccomp", "keyring"} <= layers
+    res = run("""
+        import ctypes, mmap, os, socket, subprocess, threading
+        libc = ctypes.CDLL(None, use_errno=True)
+        denied = []
+        for name, call in [
+            ("memfd_create", lambda: os.memfd_create("x")),
+            ("socketpair", lambda: socket.socketpair()),
+            ("socket", lambda: socket.socket(socket.AF_UNIX)),
+            ("socket inet", lambda: socket.socket()),
+        ]:
+            try:
+                call()
+            except PermissionError:
+                denied.append(name)
+        for name, call in [("shmget", lambda: libc.shmget(0, 4096, 0o1600)),
+                           ("msgget", lambda: libc.msgget(0, 0o1600)),
+                           ("semget", lambda: libc.semget(0, 1, 0o1600)),
+                           ("shmat", lambda: libc.shmat(0, None, 0))]:
+            if call() == -1 and ctypes.get_errno() == 1:
+                denied.append(name)
+        print(sorted(denied))
+        # what programs do still works: threads, a subprocess, pipes, shared anonymous memory, ctypes callbacks
+        t = threading.Thread(target=lambda: None); t.start(); t.join()
+        print(subprocess.run(["echo", "sub"], capture_output=True).stdout.decode().strip())
+        r, w = os.pipe(); os.write(w, b"pipe"); print(os.read(r, 4).decode())
+        m = mmap.mmap(-1, 1 << 20); m[0] = 7; print(m[0])
+        cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda x: x + 1)
+        print(cb(41))
+    """)
+    t = res.tests[0]
+    assert t.status == "ok", t.stderr
+    assert t.stdout.decode().splitlines() == [
+        str(sorted(["memfd_create", "socketpair", "socket", "socket inet", "shmget", "msgget", "semget", "shmat"])),
+        "sub", "pipe", "7", "42"]
+
+
+def test_a_test_outcome_streams_to_the_caller_as_it_arrives():
+    """`on_test` sees each test's full output when it arrives; the result keeps only what it returns."""
+    seen = []
+
+    def on_test(i, outcome):
+        seen.append((i, outcome.status, len(outcome.stdout)))
+        return sandbox.TestOutcome(outcome.status, outcome.exit_code, outcome.signal, b"", None, outcome.stderr[-10:])
+
+    res = run_program("import sys\nn = int(input())\nsys.stdout.write('x' * n)\nsys.exit(n % 2)", "stdin",
+                      ["1000", "70001", "4"], limits=TIGHT, on_test=on_test)
+    assert seen == [(0, "ok", 1000), (1, "runtime_error", 70001), (2, "ok", 4)]
+    assert [(t.status, t.stdout) for t in res.tests] == [("ok", b""), ("runtime_error", b""), ("ok", b"")]
+
+
+def test_the_cgroup_bounds_the_run_as_a_whole(layers):
+    """Four processes, each within its address-space limit, together past the run's cgroup limit."""
+    if "cgroup" not in layers:
+        pytest.skip("no cgroup v2 memory controller for the sandbox here (docs/code.md: XRPO_SANDBOX_CGROUP)")
+    res = run("""
+        import os, time
+        kids = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                b = bytearray(150 * 2**20)
+                for i in range(0, len(b), 4096):
+                    b[i] = 1
+                time.sleep(3)
+                os._exit(0)
+            kids.append(pid)
+        for pid in kids:
+            os.waitpid(pid, 0)
+        print("held")
+    """, limits=Limits(timeout=8, sample_timeout=20, memory_mb=256, max_processes=8))
+    assert res.tests[0].status == "memory", res.tests[0]
+
+
+def test_a_lone_surrogate_in_the_program_text_is_a_compile_error_not_a_sandbox_failure():
+    """Decoded model output can hold one. Python cannot compile it; the harness's copy of the program for tracebacks
+    failed on it first, and the run ended as an unexplained sandbox error."""
+    res = run("print(3)  # \ud800\n")
+    assert res.status == "compile_error" and "surrogates not allowed" in res.error, res

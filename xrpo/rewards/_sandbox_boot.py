@@ -1,7 +1,9 @@
 """The inside of the sandbox (`xrpo.rewards.sandbox`): the boot script and the test harness.
 
-Run as a script by `xrpo.rewards.sandbox.run_program`: ``python -I -S -B _sandbox_boot.py JOB`` where JOB is a
-marshal file the caller wrote (and this script deletes). It imports only what it needs from the standard library
+Started by `xrpo.rewards.sandbox.run_program` as ``python -I -S -B -c LOADER JOB``: JOB is a file the caller wrote
+(and LOADER deletes) holding this module's code object, compiled once per caller process, then the job, both
+marshalled; LOADER runs the code and calls `_boot(job)`. (Run as a script, ``_sandbox_boot.py JOB`` takes a file
+holding only the job.) It imports only what it needs from the standard library
 (not json, re or selectors, which would double the start-up time), and nothing from xrpo.
 
 Stream to the caller (stdout), one frame per event: an ASCII header line ``KIND N FIELDS...`` then N payload bytes.
@@ -28,7 +30,35 @@ _MS_PRIVATE, _MS_RELATIME, _MS_STRICTATIME = 1 << 18, 1 << 21, 1 << 24
 _MOUNT_FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC,
                 "noatime": _MS_NOATIME, "nodiratime": _MS_NODIRATIME, "relatime": _MS_RELATIME}
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _STDERR_TAIL = 2000
+
+# What the program may not call (seccomp, EPERM): what the address-space limit cannot count, since none of it needs
+# to be mapped (memfds, System V shared memory, message queues and semaphores, POSIX message queues, socket buffers,
+# io_uring rings, BPF maps: hundreds of MB each above `memory_mb`), and the kernel keyrings (the caller's session
+# keyring, and a user keyring that outlives the program on its uid). Sockets go with their buffers: the program
+# has no network anyway (netns), and no asyncio (its event loop needs a socketpair). Syscall numbers by machine;
+# aarch64 and riscv64 share the generic table.
+_GENERIC_SYSCALLS = {
+    "mq_open": 180, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190, "semctl": 191,
+    "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "socket": 198, "socketpair": 199,
+    "add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279, "bpf": 280, "io_uring_setup": 425,
+    "memfd_secret": 447,
+}
+_X86_64_SYSCALLS = {
+    "shmget": 29, "shmat": 30, "shmctl": 31, "socket": 41, "socketpair": 53, "semget": 64, "semop": 65,
+    "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220, "mq_open": 240,
+    "add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319, "bpf": 321, "io_uring_setup": 425,
+    "memfd_secret": 447,
+}
+# machine -> (AUDIT_ARCH_* of its native ABI, first syscall number of a second ABI on the same arch, table)
+_SECCOMP_ARCHES = {
+    "x86_64": (0xC000003E, 0x40000000, _X86_64_SYSCALLS),  # numbers from 0x40000000 up: the x32 ABI
+    "aarch64": (0xC00000B7, None, _GENERIC_SYSCALLS),
+    "riscv64": (0xC00000F3, None, _GENERIC_SYSCALLS),
+}
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | 1
 
 
 class _Libc:
@@ -50,6 +80,49 @@ class _Libc:
     def prctl(self, option: int, arg: int) -> None:
         c = self.ctypes.c_ulong
         self.call("prctl", option, c(arg), c(0), c(0), c(0))
+
+    def seccomp_deny(self, machine: str) -> bool:
+        """Install the filter refusing `_SECCOMP_ARCHES[machine]`'s syscalls on this process and all it starts;
+        False where this machine has no table or the kernel no seccomp filters. Needs no_new_privs."""
+        if machine not in _SECCOMP_ARCHES:
+            return False
+        ct = self.ctypes
+        arch, second_abi, table = _SECCOMP_ARCHES[machine]
+        numbers = sorted(set(table.values()))
+        # classic BPF over struct seccomp_data {int nr; u32 arch; ...}: any other ABI is refused whole (i386's
+        # multiplexed ipc() and socketcall() would pass a list of native numbers), then one test per number
+        prog = [(_BPF_LD_W_ABS, 0, 0, 4), (_BPF_JEQ_K, 1, 0, arch), (_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM),
+                (_BPF_LD_W_ABS, 0, 0, 0)]
+        deny = len(prog) + len(numbers) + (second_abi is not None) + 1
+        if second_abi is not None:
+            prog.append((_BPF_JGE_K, deny - len(prog) - 1, 0, second_abi))
+        for nr in numbers:
+            prog.append((_BPF_JEQ_K, deny - len(prog) - 1, 0, nr))
+        prog += [(_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW), (_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM)]
+
+        class Insn(ct.Structure):
+            _fields_ = [("code", ct.c_uint16), ("jt", ct.c_uint8), ("jf", ct.c_uint8), ("k", ct.c_uint32)]
+
+        class Prog(ct.Structure):
+            _fields_ = [("len", ct.c_uint16), ("filter", ct.POINTER(Insn))]
+
+        insns = (Insn * len(prog))(*(Insn(*i) for i in prog))
+        try:
+            self.call("prctl", _PR_SET_SECCOMP, ct.c_ulong(_SECCOMP_MODE_FILTER), ct.byref(Prog(len(prog), insns)),
+                      ct.c_ulong(0), ct.c_ulong(0))
+        except OSError:
+            return False
+        return True
+
+    def new_session_keyring(self, machine: str) -> bool:
+        """Join a fresh anonymous session keyring (KEYCTL_JOIN_SESSION_KEYRING): the caller's session keyring, which
+        a dropped uid still possesses, is out of reach from here on."""
+        if machine not in _SECCOMP_ARCHES:
+            return False
+        ct = self.ctypes
+        syscall = self.lib.syscall
+        syscall.restype = ct.c_long
+        return syscall(ct.c_long(_SECCOMP_ARCHES[machine][2]["keyctl"]), ct.c_long(1), ct.c_void_p(None)) >= 0
 
     def drop_capabilities(self) -> None:
         ct = self.ctypes
@@ -228,11 +301,16 @@ def _setup_host_readonly(libc: _Libc, job: dict, uid: int | None) -> None:
     os.chdir(workdir)  # the old cwd is the directory under the new tmpfs
 
 
-def _boot(job_path: str) -> None:
-    """Entry point of the sandbox process (run as a script): isolate, fork the harness, wait for it."""
+def _main(job_path: str) -> None:
+    """Run as a script on a job file that holds only the job (the caller's file starts with this module's code)."""
     with open(job_path, "rb") as f:
         job = marshal.load(f)
     os.unlink(job_path)
+    _boot(job)
+
+
+def _boot(job: dict) -> None:
+    """Entry point of the sandbox process: isolate, fork the harness, wait for it."""
     if job.get("check_path"):
         # check mode: the check code (which holds the expected values) stays in this file, read only by each test's
         # check process after it has forked the program's process, so that no process running the program ever
@@ -240,6 +318,17 @@ def _boot(job_path: str) -> None:
         job["check_fd"] = os.open(job["check_path"], os.O_RDONLY)
         os.unlink(job["check_path"])
     layers = ["session", "rlimits", "walltime", "output_cap", "env", "workdir"]
+    job["events_fd"] = None
+    if job.get("cgroup"):
+        # the run's own cgroup (the caller made it and set its memory.max): joined here, while /sys is still
+        # visible, so that the harness and every test inherit it; memory.events stays open to tell OOM kills
+        try:
+            with open(os.path.join(job["cgroup"], "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+            job["events_fd"] = os.open(os.path.join(job["cgroup"], "memory.events"), os.O_RDONLY)
+            layers.append("cgroup")
+        except OSError:
+            pass
     uid = job["uid"]
     libc = None
     ns = 0
@@ -306,18 +395,36 @@ def _init(job: dict, libc, ns: int, userns: bool, layers: list) -> None:
     if libc is None and sys.platform.startswith("linux"):
         libc = _Libc()
     pidns = bool(ns & _CLONE_NEWPID)
+    # the stdin of every test: made before the seccomp filter refuses memfd_create, rewritten for each test
+    if hasattr(os, "memfd_create"):
+        stdin_fd = os.memfd_create("stdin", 0)
+    else:
+        stdin_fd = os.open(".stdin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.unlink(".stdin")
     if libc is not None:
+        machine = os.uname().machine
+        try:
+            if libc.new_session_keyring(machine):
+                layers.append("keyring")
+        except OSError:
+            pass
+        no_new_privs = True
         for option, arg in ((_PR_SET_NO_NEW_PRIVS, 1), (_PR_SET_PDEATHSIG, signal.SIGKILL), (_PR_SET_DUMPABLE, 0)):
             try:
                 libc.prctl(option, arg)
             except OSError:
-                pass
+                no_new_privs = no_new_privs and option != _PR_SET_NO_NEW_PRIVS
         if not pidns:
             try:  # orphans of the tests reparent to the harness, which can then find and kill them
                 libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
             except OSError:
                 pass
-    _harness(job, layers, pidns, uid is not None)
+        # on the harness itself, so that every test and everything it starts inherits it and cannot remove it
+        if no_new_privs and libc.seccomp_deny(machine):
+            layers.append("seccomp")
+    if job["strict"] and "seccomp" not in layers:
+        raise RuntimeError(f"isolation='strict': no seccomp filter on this machine ({os.uname().machine})")
+    _harness(job, layers, pidns, uid is not None, stdin_fd)
 
 
 def _set_limits(lim: dict, cpu: float | None, processes: int | None) -> None:
@@ -412,7 +519,7 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _harness(job: dict, layers: list, pidns: bool, own_uid: bool) -> None:
+def _harness(job: dict, layers: list, pidns: bool, own_uid: bool, stdin_fd: int) -> None:
     res_fd = os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
@@ -433,7 +540,7 @@ def _harness(job: dict, layers: list, pidns: bool, own_uid: bool) -> None:
     deadline = time.monotonic() + lim["sample_timeout"]
     code = job["code"]
     try:
-        with open("solution.py", "w", encoding="utf-8") as f:  # so that tracebacks show the program's lines
+        with open("solution.py", "w", encoding="utf-8", errors="surrogatepass") as f:  # tracebacks show its lines
             f.write(code)
     except OSError:
         pass
@@ -451,7 +558,7 @@ def _harness(job: dict, layers: list, pidns: bool, own_uid: bool) -> None:
         if time.monotonic() >= deadline:
             break
         status, exit_code, sig, wall, cpu, out, val, err = _run_test(
-            job, i, test_input, code_obj, deadline, may_kill_all, nproc)
+            job, i, test_input, code_obj, deadline, may_kill_all, nproc, stdin_fd)
         _frame(res_fd, "T", out + (val or b"") + err,
                (i, status, exit_code, sig, f"{wall:.4f}", f"{cpu:.4f}", len(out), None if val is None else len(val),
                 len(err)))
@@ -466,21 +573,56 @@ def _high_dup(fd: int) -> int:
     return fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
 
 
-def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc):
+def _oom_kills(events_fd) -> int:
+    """The cgroup's count of processes killed for memory (memory.events: ``oom_kill N``); 0 without one."""
+    if events_fd is None:
+        return 0
+    try:
+        for line in os.pread(events_fd, 4096, 0).decode("ascii", "replace").splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _oom_first() -> None:
+    """Make this test's processes the cgroup OOM killer's first choice, before the harness. A non-dumpable process's
+    /proc files belong to root, so it is dumpable for the moment of the write (nothing else of its uid runs then)."""
+    try:
+        libc = _Libc()
+        libc.prctl(_PR_SET_DUMPABLE, 1)
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        finally:
+            libc.prctl(_PR_SET_DUMPABLE, 0)
+    except OSError:
+        pass
+
+
+def _memory_failure(stderr: str) -> bool:
+    """An allocation failure as a failed test's stderr shows it (the interpreter's MemoryError, or an OSError of
+    ENOMEM). Only asked about a test that failed: the text alone never fails one."""
+    return "MemoryError" in stderr or "Cannot allocate memory" in stderr
+
+
+def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc, in_fd):
     lim = job["limits"]
     mode = job["mode"]
     timeout = lim["timeout"]
     cpu = lim["cpu_seconds"] if lim["cpu_seconds"] is not None else timeout
     data = test_input.encode("utf-8", "surrogatepass") if mode == "stdin" and isinstance(test_input, str) else b""
-    if hasattr(os, "memfd_create"):
-        in_fd = os.memfd_create("stdin", 0)
-    else:
-        in_fd = os.open(".stdin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    # the test before may have written to or resized its stdin: start from an empty file
+    os.ftruncate(in_fd, 0)
+    os.lseek(in_fd, 0, os.SEEK_SET)
     _write_all(in_fd, data)
     os.lseek(in_fd, 0, os.SEEK_SET)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     val_r, val_w = os.pipe()
+    events_fd = job["events_fd"]
+    oom_before = _oom_kills(events_fd)
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the test process
@@ -491,11 +633,13 @@ def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc):
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             os.closerange(len(fds), 1 << 16)
+            if events_fd is not None:
+                _oom_first()
             _set_limits(lim, cpu, nproc)
             _child(mode, code_obj, job, test_input)
         finally:
             os._exit(70)
-    for fd in (in_fd, out_w, err_w, val_w):
+    for fd in (out_w, err_w, val_w):
         os.close(fd)
     status, exit_code, sig, rusage, out, err, val = _watch(
         pid, out_r, err_r, val_r, min(start + timeout, deadline), lim["max_output_bytes"], may_kill_all)
@@ -504,12 +648,15 @@ def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc):
     err = err[-_STDERR_TAIL:]
     stderr = err.decode("utf-8", "replace")
     if status is None:
-        if sig in (signal.SIGXCPU,) or (sig == signal.SIGKILL and cpu_used >= max(1, -(-cpu // 1)) - 0.05):
-            status = "timeout"
-        elif "MemoryError" in stderr or "Cannot allocate memory" in stderr:
+        if _oom_kills(events_fd) > oom_before:
             status = "memory"
+        elif sig in (signal.SIGXCPU,) or (sig == signal.SIGKILL and cpu_used >= max(1, -(-cpu // 1)) - 0.05):
+            status = "timeout"
         elif exit_code == 0 and sig is None:
+            # a clean exit is judged on its output alone, whatever its stderr says
             status = "ok" if mode == "stdin" or val else "runtime_error"
+        elif _memory_failure(stderr):
+            status = "memory"
         else:
             status = "runtime_error"
     return status, exit_code, sig, wall, cpu_used, out, (val if mode != "stdin" and val else None), err
@@ -889,9 +1036,20 @@ def _check(code_obj, job) -> None:
             raise RuntimeError("malformed message from the program")
         if "e" in msg:
             name, text = (msg["e"] + ["", ""])[:2] if isinstance(msg["e"], list) else ("Exception", "")
-            cls = getattr(builtins, str(name), None)
-            if isinstance(cls, type) and issubclass(cls, Exception):
-                raise cls(f"raised in the program: {text}")
+            name, text = str(name)[:100], str(text)[:500]
+            cls = getattr(builtins, name, None)
+            # The check sees the candidate's exception as the same builtin class (a check may expect a ValueError),
+            # except the iteration protocol's own signals: a StopIteration raised inside map(), filter(), zip() or
+            # iter(f, sentinel) would read as "no more items" and end the check's loop as if every item had passed.
+            # Those become RuntimeError, as PEP 479 does for a generator.
+            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(
+                    cls, (StopIteration, StopAsyncIteration)):
+                try:
+                    exc = cls(f"raised in the program: {text}")
+                except Exception:  # noqa: BLE001 - a builtin whose constructor wants other arguments
+                    exc = None
+                if isinstance(exc, cls):
+                    raise exc
             raise RuntimeError(f"the program raised {name}: {text}")
         return msg
 
@@ -934,4 +1092,4 @@ def _check(code_obj, job) -> None:
 
 
 if __name__ == "__main__":
-    _boot(sys.argv[1])
+    _main(sys.argv[1])

