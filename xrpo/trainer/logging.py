@@ -92,7 +92,8 @@ def rewind_records(output: Path, step: int, eval_history: list[dict], *, log=pri
     gone_rows: dict[str, list[dict]] = {"metrics.jsonl": [], "eval.jsonl": []}
     eval_kept: list[dict] = []
     eval_all: list[dict] = []
-    for name in RECORDS:
+    plan: list[tuple[Path, list[str], list[str]]] = []
+    for name in RECORDS:  # every record is read (and a bad one refused) before any is changed
         path = output / name
         if not path.is_file():
             continue
@@ -119,10 +120,12 @@ def rewind_records(output: Path, step: int, eval_history: list[dict], *, log=pri
                 gone.append(raw)
                 if name in gone_rows:
                     gone_rows[name].append(row)
+        plan.append((path, keep, gone))
+    for path, keep, gone in plan:
         if gone:
             _append_synced(discarded_path(path), gone)
             write_atomic(path, "".join(line + "\n" for line in keep))
-            removed[name] = len(gone)
+            removed[path.name] = len(gone)
     # TensorBoard: eval/* and time/validate come only from validations; a step's events of those tags are kept as
     # many times as the checkpoint has validations of that step
     eval_tags = {k for r in eval_all for k in r if k != "step"}
@@ -133,7 +136,7 @@ def rewind_records(output: Path, step: int, eval_history: list[dict], *, log=pri
     if stale.is_file():
         os.replace(stale, discarded_path(stale))
         fsync_dir(output)
-    parts = [f"{n} rows of {name}" for name, n in removed.items()]
+    parts = [f"{n} row{'s' * (n != 1)} of {name}" for name, n in removed.items()]
     if tb_removed:
         parts.append(f"{tb_removed} TensorBoard events")
     if parts:
