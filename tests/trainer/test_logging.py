@@ -155,3 +155,31 @@ def test_tensorboard_events_after_the_checkpoint_are_set_aside(run):
                                  (3, "eval/pass@1"): 1, (3, "time/validate"): 1})
     assert sorted(p.name for p in tb.iterdir() if "tfevents" in p.name) == [next(
         p.name for p in tb.iterdir() if p.name.startswith("events.out"))]  # rewritten in place, no stray file
+
+
+def test_a_resumed_logger_writes_after_the_old_event_files_and_marks_the_restart(run):
+    """TensorBoard reads a run's event files in name order (a name starts with its writer's start second) and, at a
+    restart marker (SessionLog START, SummaryWriter's purge_step), hides what it read of later steps."""
+    pytest.importorskip("tensorboard")
+    import time
+
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+    from xrpo.trainer.config import TrainConfig
+    from xrpo.trainer.logging import RunLogger
+
+    tb = run / "tensorboard"
+    tb.mkdir()
+    # the killed segment's file, started this very second by a process whose pid sorts last
+    old = tb / f"events.out.tfevents.{int(time.time())}.host.99999999.0"
+    old.write_bytes(b"")
+    cfg = TrainConfig(tensorboard=True, progress=False)
+    logger = RunLogger(run, cfg, resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}]}, log=quiet)
+    logger.log_step(4, {"rollout/count": 16.0})
+    logger.close({"method": "x", "steps": 4, "wall_time_s": 1.0, "output": str(run)})
+    files = sorted(p for p in tb.iterdir() if "tfevents" in p.name)
+    assert files[0] == old and len(files) == 2
+    events = [Event.FromString(r) for r in RawEventFileLoader(str(files[1])).Load()]
+    starts = [e.step for e in events if e.HasField("session_log") and e.session_log.status == SessionLog.START]
+    assert starts == [4]
