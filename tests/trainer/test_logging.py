@@ -161,6 +161,7 @@ def test_a_resumed_logger_writes_after_the_old_event_files_and_marks_the_restart
     """TensorBoard reads a run's event files in name order (a name starts with its writer's start second) and, at a
     restart marker (SessionLog START, SummaryWriter's purge_step), hides what it read of later steps."""
     pytest.importorskip("tensorboard")
+    import socket
     import time
 
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
@@ -172,7 +173,7 @@ def test_a_resumed_logger_writes_after_the_old_event_files_and_marks_the_restart
     tb = run / "tensorboard"
     tb.mkdir()
     # the killed segment's file, started this very second by a process whose pid sorts last
-    old = tb / f"events.out.tfevents.{int(time.time())}.host.99999999.0"
+    old = tb / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.99999999.0"
     old.write_bytes(b"")
     cfg = TrainConfig(tensorboard=True, progress=False)
     logger = RunLogger(run, cfg, resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}]}, log=quiet)

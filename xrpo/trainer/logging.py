@@ -2,8 +2,9 @@
 figures, a table of sample completions every N steps, and a summary at the end. Names are explained in
 docs/metrics.md.
 
-A resumed run's records are one run. Every row is flushed when it is written and every record file is fsynced before
-a checkpoint is written, so a checkpoint of step k never outlives the rows of steps <= k. ``--resume`` from step k
+A resumed run's records are one run. Every JSONL row is flushed when it is written, and every record (TensorBoard's
+buffered events included) is flushed and fsynced before a checkpoint is written, so a checkpoint of step k never
+outlives the rows of steps <= k. ``--resume`` from step k
 then brings each record back to step k before training continues (``rewind_records``): rows of later steps (written
 by the killed process after its last checkpoint, which the resumed run writes again) move to
 ``<name>.discarded.jsonl`` (``tensorboard/discarded-events.tfrecord`` for event files), which nothing reads; the
@@ -260,6 +261,7 @@ class RunLogger:
             f.flush()
             os.fsync(f.fileno())
         if self._tb is not None:
+            # SummaryWriter buffers up to two minutes of events: a kill would lose steps the checkpoint has
             self._tb.flush()
             for path in (self.output / TB_DIR).glob("*tfevents*"):  # an fsync of any descriptor syncs the file
                 fd = os.open(path, os.O_RDONLY)
@@ -297,8 +299,6 @@ class RunLogger:
         if self._tb is not None:
             for k, v in metrics.items():
                 self._tb.add_scalar(k, v, step)
-            # SummaryWriter buffers up to two minutes of events: a killed run would lose steps its checkpoint has
-            self._tb.flush()
         if self._bar is not None:
             post = {name: fmt.format(metrics[k]) for name, k, fmt in KEY_FIGURES if k in metrics}
             if self._last_eval is not None:
@@ -317,7 +317,6 @@ class RunLogger:
             extra = [a for r in rounds if r["round"] > 0 for a in r["alloc"]]
             if extra:
                 self._tb.add_histogram("alloc/extra_per_prompt", np.asarray(extra), step)
-                self._tb.flush()
 
     def log_eval(self, step: int, metrics: dict) -> None:
         row = {"step": step, **metrics}
@@ -326,7 +325,6 @@ class RunLogger:
         if self._tb is not None:
             for k, v in metrics.items():
                 self._tb.add_scalar(k, v, step)
-            self._tb.flush()
         self._last_eval = metrics.get("eval/pass@1")
         figures = "  ".join(f"{k.split('/', 1)[1]}={v:.3f}" for k, v in metrics.items() if k.startswith("eval/"))
         self._write(f"[step {step}] held-out: {figures}")
