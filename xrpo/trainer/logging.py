@@ -261,7 +261,9 @@ class RunLogger:
             f.flush()
             os.fsync(f.fileno())
         if self._tb is not None:
-            # SummaryWriter buffers up to two minutes of events: a kill would lose steps the checkpoint has
+            # SummaryWriter writes from a background thread and, with TensorFlow installed, through a buffer it
+            # flushes every two minutes: a kill could lose steps the checkpoint has. (Without TensorFlow each event
+            # reaches the file within milliseconds, so no test here fails without this flush.)
             self._tb.flush()
             for path in (self.output / TB_DIR).glob("*tfevents*"):  # an fsync of any descriptor syncs the file
                 fd = os.open(path, os.O_RDONLY)
