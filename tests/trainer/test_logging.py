@@ -184,3 +184,22 @@ def test_a_resumed_logger_writes_after_the_old_event_files_and_marks_the_restart
     events = [Event.FromString(r) for r in RawEventFileLoader(str(files[1])).Load()]
     starts = [e.step for e in events if e.HasField("session_log") and e.session_log.status == SessionLog.START]
     assert starts == [4]
+
+
+def test_segments_of_a_checkpoint_without_them_come_from_the_logs(run):
+    """A checkpoint of an xrpo that did not record segments: the kept rows give one estimated segment; the rows set
+    aside give what the new segment discarded."""
+    from xrpo.trainer.config import TrainConfig
+    from xrpo.trainer.logging import RunLogger
+
+    logger = RunLogger(run, TrainConfig(tensorboard=False, progress=False),
+                       resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}]}, log=quiet)
+    segs = logger.run_totals(3)["segments"]
+    logger.close({"method": "x", "steps": 3, "wall_time_s": 0.0, "output": str(run)})
+    # kept steps 1-3: time 3 x 0.5, rollouts 3 x 16, tokens 41 + 42 + 43
+    assert segs[0] == {"start_step": 0, "end_step": 3, "wall_time_s": 1.5, "steps": 3, "rollouts": 48.0,
+                       "tokens": 126.0, "estimated_from_logs": True}
+    # set aside: steps 4, 5 (2 x 0.5 s, 2 x 16 rollouts, 44 + 45 tokens) and the validation at 3 (0.25 s)
+    assert {k: v for k, v in segs[1].items() if k.startswith("discarded_")} == {
+        "discarded_steps": 2, "discarded_time_s": 1.25, "discarded_rollouts": 32.0, "discarded_tokens": 89.0}
+    assert (segs[1]["start_step"], segs[1]["steps"]) == (3, 0)

@@ -4,11 +4,10 @@ docs/metrics.md.
 
 A resumed run's records are one run. Every JSONL row is flushed when it is written, and every record (TensorBoard's
 buffered events included) is flushed and fsynced before a checkpoint is written, so a checkpoint of step k never
-outlives the rows of steps <= k. ``--resume`` from step k
-then brings each record back to step k before training continues (``rewind_records``): rows of later steps (written
-by the killed process after its last checkpoint, which the resumed run writes again) move to
-``<name>.discarded.jsonl`` (``tensorboard/discarded-events.tfrecord`` for event files), which nothing reads; the
-record itself is rewritten atomically. A validation row belongs to the checkpoint only if it is in the checkpoint's
+outlives the rows of steps <= k. ``--resume`` from step k then brings each record back to step k before training
+continues (``rewind_records``): rows of later steps (written by the killed process after its last checkpoint, which
+the resumed run writes again) move to ``<name>.discarded.jsonl`` (``tensorboard/discarded-events.tfrecord`` for event
+files), which nothing reads; the record itself is rewritten atomically. A validation row belongs to the checkpoint only if it is in the checkpoint's
 ``eval_history``: the final validation, made after the last checkpoint, is made again on resume.
 
 Segments: each `xrpo train` process of a run is a segment. Its wall time, steps, rollouts and tokens are saved in
@@ -144,7 +143,7 @@ def rewind_records(output: Path, step: int, eval_history: list[dict], *, log=pri
         later = sorted({r["step"] for r in gone_rows["metrics.jsonl"] if r["step"] > step})
         when = f" (steps {later[0]}-{later[-1]})" if later else ""
         log(f"records brought back to step {step}: set aside {', '.join(parts)}{when}, written after the checkpoint; "
-            f"kept in *.discarded.jsonl")
+            f"kept in *.discarded.jsonl" + (f" and {TB_DIR}/{TB_DISCARDED}" if tb_removed else ""))
     for p in moved:
         log(f"checkpoint after step {step} set aside: {p}")
     missing = sorted(set(range(1, step + 1)) - {r["step"] for r in kept_metrics})
@@ -220,7 +219,7 @@ class RunLogger:
             start = int(resume_state["step"])
             rewound = rewind_records(self.output, start, resume_state.get("eval_history", []), log=log)
             self._segments = [dict(s) for s in resume_state.get("segments") or [_segment_from_logs(rewound["kept"])]]
-            discarded = _discarded_figures(rewound["discarded"], start)
+            discarded = _discarded_figures(rewound["discarded"])
         self._segment = {"start_step": start, "end_step": start, "wall_time_s": 0.0, "steps": 0, "rollouts": 0.0,
                          "tokens": 0.0, **discarded}
         mode = "a" if resume_state is not None else "w"
@@ -396,13 +395,14 @@ def _wait_to_sort_last(tb_dir: Path, log) -> None:
 def _segment_from_logs(kept_metrics: list[dict]) -> dict:
     """The segments before a checkpoint written by an xrpo that did not record them: one segment, its wall time the
     logged step time (a lower bound: setup, validation and checkpoint time are not in time/step)."""
+    kept_metrics = list({r["step"]: r for r in kept_metrics}.values())  # an older resume logged some steps twice
     return {"start_step": 0, "end_step": max((r["step"] for r in kept_metrics), default=0),
             "wall_time_s": sum(r.get("time/step", 0.0) for r in kept_metrics), "steps": len(kept_metrics),
             "rollouts": sum(r.get("rollout/count", 0.0) for r in kept_metrics),
             "tokens": sum(r.get("loss/tokens", 0.0) for r in kept_metrics), "estimated_from_logs": True}
 
 
-def _discarded_figures(gone: dict[str, list[dict]], step: int) -> dict:
+def _discarded_figures(gone: dict[str, list[dict]]) -> dict:
     """What the rows a resume set aside had cost (the killed segment's work after its last checkpoint)."""
     metrics, evals = gone["metrics.jsonl"], gone["eval.jsonl"]
     if not metrics and not evals:
