@@ -85,6 +85,7 @@ def test_report_counts_every_segment_of_a_resumed_run(tiny_run, tmp_path):
     s["segments"] = [{"start_step": 0, "end_step": 16, "wall_time_s": 30.4, "steps": 16, "rollouts": 0, "tokens": 0},
                      {"start_step": 16, "end_step": 24, "wall_time_s": 16.2, "steps": 8, "rollouts": 0, "tokens": 0,
                       "discarded_steps": 2, "discarded_time_s": 3.46}]
+    s.update(discarded_steps=2, discarded_time_s=3.46)
     (run / "summary.json").write_text(json.dumps(s))
     md = make_report(run, html_page=False, log=lambda *_: None).read_text()
     # 30.4 + 16.2 = 46.6 s

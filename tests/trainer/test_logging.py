@@ -203,3 +203,24 @@ def test_segments_of_a_checkpoint_without_them_come_from_the_logs(run):
     assert {k: v for k, v in segs[1].items() if k.startswith("discarded_")} == {
         "discarded_steps": 2, "discarded_time_s": 1.25, "discarded_rollouts": 32.0, "discarded_tokens": 89.0}
     assert (segs[1]["start_step"], segs[1]["steps"]) == (3, 0)
+
+
+def test_summary_totals_count_work_set_aside_by_every_resume(run):
+    """Killed at step 5 after checkpoint 3, resumed, killed again at 5 before checkpoint 6, resumed again: no
+    checkpoint records the second process, but its rows and the first process's are both set aside and counted."""
+    from xrpo.trainer.config import TrainConfig
+    from xrpo.trainer.logging import RunLogger
+
+    write(run / "metrics.discarded.jsonl", [metrics_row(4), metrics_row(5)])  # the first resume's
+    seg1 = {"start_step": 0, "end_step": 3, "wall_time_s": 9.0, "steps": 3, "rollouts": 48.0, "tokens": 126.0}
+    logger = RunLogger(run, TrainConfig(tensorboard=False, progress=False),
+                       resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}], "segments": [seg1]},
+                       log=quiet)
+    totals = logger.run_totals(3)
+    logger.close({"method": "x", "steps": 3, "wall_time_s": 0.0, "output": str(run)})
+    assert totals["num_segments"] == 2 and totals["segments"][0] == seg1
+    assert totals["segments"][1]["discarded_steps"] == 2  # what this resume set aside
+    # all set-aside rows: steps 4, 5 twice (4 x 0.5 s, 4 x 16 rollouts, 2 x (44 + 45) tokens) + the validation at 3
+    assert {k: v for k, v in totals.items() if k.startswith("discarded_")} == {
+        "discarded_steps": 4, "discarded_time_s": 2.25, "discarded_rollouts": 64.0, "discarded_tokens": 178.0}
+    assert totals["wall_time_s"] == pytest.approx(9.0 + totals["segments"][1]["wall_time_s"], rel=1e-12)

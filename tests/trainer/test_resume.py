@@ -177,6 +177,9 @@ def test_killed_twice_and_resumed_is_one_run(trainer_env, tmp_path, overrides):
     assert summary["discarded_time_s"] == pytest.approx(
         sum(r["time/step"] for r in gone) + sum(r["time/validate"] for r in gone_evals), rel=1e-9)
     assert summary["discarded_time_s"] > 0
+    assert summary["discarded_steps"] == len(gone) == (s1 - k1) + (s2 - k2)
+    assert summary["discarded_rollouts"] == sum(r["rollout/count"] for r in gone)
+    assert summary["discarded_tokens"] == sum(r["loss/tokens"] for r in gone)
     assert json.loads((out / "summary.json").read_text())["num_segments"] == 3
 
 

@@ -158,11 +158,13 @@ def _checkpoint_segments(run: Path) -> list[dict]:
         return []
 
 
-def _segment_facts(segments: list[dict], *, finished: bool) -> list[list[str]]:
-    """Wall time over every segment (one per `xrpo train` process) and how many the run had."""
+def _segment_facts(segments: list[dict], summary: dict) -> list[list[str]]:
+    """Wall time over every segment (one per `xrpo train` process) and how many the run had; the work resumes set
+    aside (summary.json's totals; while unfinished, what the checkpoint's segments recorded)."""
     wall = sum(s["wall_time_s"] for s in segments)
-    lost = sum(s.get("discarded_time_s", 0.0) for s in segments)
-    redone = sum(s.get("discarded_steps", 0) for s in segments)
+    lost = summary.get("discarded_time_s", sum(s.get("discarded_time_s", 0.0) for s in segments))
+    redone = summary.get("discarded_steps", sum(s.get("discarded_steps", 0) for s in segments))
+    finished = bool(summary)
     upto = "" if finished else f" up to the checkpoint of step {segments[-1]['end_step']}"
     facts = [["wall time", f"{wall:.0f} s{upto}" + (f" over {len(segments)} segments" if len(segments) > 1 else "")]]
     if len(segments) > 1:
@@ -224,7 +226,7 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
     tokens = summary.get("tokens", sum(float(r.get("loss/tokens", 0.0)) for r in metrics))
     facts.append(["rollouts trained on", f"{rollouts:.0f} ({tokens:.0f} completion tokens)"])
     if segments:
-        facts += _segment_facts(segments, finished=bool(summary))
+        facts += _segment_facts(segments, summary)
     elif summary.get("wall_time_s") is not None:  # a summary.json written before segments were recorded
         facts.append(["wall time", f"{summary['wall_time_s']:.0f} s (of its last segment, if it was resumed)"])
     if summary:

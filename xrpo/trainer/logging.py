@@ -14,7 +14,8 @@ Segments: each `xrpo train` process of a run is a segment. Its wall time, steps,
 every checkpoint (``state.json`` ``segments``); a segment that was killed counts up to the checkpoint the next one
 resumed from. Its work after that checkpoint is not counted in ``wall_time_s``: the rows the next segment discarded
 carry its logged time (``time/step``, ``time/validate``), reported as ``discarded_time_s`` -- a lower bound, since the
-time between the last logged row and the kill is not recorded anywhere.
+time between the last logged row and the kill is not recorded anywhere. A process killed before it wrote a checkpoint
+leaves no segment: only its set-aside rows tell of it (the summary's ``discarded_*`` totals come from those files).
 """
 from __future__ import annotations
 
@@ -277,7 +278,7 @@ class RunLogger:
         segs = self._segments + [self._current(step)]
         return {
             "wall_time_s": sum(s["wall_time_s"] for s in segs),
-            "discarded_time_s": sum(s.get("discarded_time_s", 0.0) for s in segs),
+            **discarded_totals(self.output),
             "rollouts": sum(s["rollouts"] for s in segs),
             "tokens": sum(s["tokens"] for s in segs),
             "num_segments": len(segs),
@@ -402,13 +403,33 @@ def _segment_from_logs(kept_metrics: list[dict]) -> dict:
             "tokens": sum(r.get("loss/tokens", 0.0) for r in kept_metrics), "estimated_from_logs": True}
 
 
+def discarded_totals(output: Path) -> dict:
+    """The work every resume of the run set aside, from its *.discarded.jsonl files: also that of a process killed
+    before it wrote a checkpoint, whose segment no checkpoint records."""
+    gone = {}
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        path = discarded_path(Path(output) / name)
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # an append cut short by a crash: the row is still in the record
+                continue
+            if isinstance(row, dict) and "step" in row:  # not an {"unreadable_line": ...}
+                rows.append(row)
+        gone[name] = rows
+    return {"discarded_steps": 0, "discarded_time_s": 0.0, "discarded_rollouts": 0.0, "discarded_tokens": 0.0,
+            **_discarded_figures(gone)}
+
+
 def _discarded_figures(gone: dict[str, list[dict]]) -> dict:
-    """What the rows a resume set aside had cost (the killed segment's work after its last checkpoint)."""
+    """What set-aside rows had cost: steps run (a step set aside by two resumes counts twice), their logged time,
+    rollouts and tokens."""
     metrics, evals = gone["metrics.jsonl"], gone["eval.jsonl"]
     if not metrics and not evals:
         return {}
     return {
-        "discarded_steps": len({r["step"] for r in metrics}),
+        "discarded_steps": len(metrics),
         "discarded_time_s": sum(r.get("time/step", 0.0) for r in metrics)
                             + sum(r.get("time/validate", 0.0) for r in evals),
         "discarded_rollouts": sum(r.get("rollout/count", 0.0) for r in metrics),
