@@ -2,6 +2,7 @@
 record with every step once, curves equal to an uninterrupted run's, and a summary that counts every segment."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -22,6 +23,8 @@ from xrpo.trainer.config import build_config, to_dict
 from xrpo.trainer.loop import train
 
 STEPS, SAVE_EVERY, EVAL_EVERY = 8, 2, 3
+# the tensorboard extra: without it the runs write no event files and only those checks are left out
+HAS_TB = importlib.util.find_spec("tensorboard") is not None
 
 
 def quiet(*_):
@@ -98,14 +101,31 @@ def raw_tb_counts(tb_dir: Path) -> Counter:
     return counts
 
 
+def check_tensorboard(tb_dir: Path, ref_dir: Path) -> None:
+    """Each (step, tag) once, and the uninterrupted run's scalars (time/* aside), as TensorBoard reads them and
+    record by record."""
+    if not HAS_TB:
+        return
+    tb, tb_ref = tb_scalars(tb_dir), tb_scalars(ref_dir)
+    assert set(tb) == set(tb_ref)
+    for tag in tb:
+        if not tag.startswith("time/"):
+            assert tb[tag] == tb_ref[tag], tag
+        assert [s for s, _ in tb[tag]] == [s for s, _ in tb_ref[tag]], tag
+    assert [s for s, _ in tb["rollout/reward_mean"]] == list(range(1, STEPS + 1))
+    assert [s for s, _ in tb["eval/pass@1"]] == [0, 3, 6, STEPS]
+    raw = raw_tb_counts(tb_dir)
+    assert raw == raw_tb_counts(ref_dir)
+    assert max(raw.values()) == 1
+
+
 @pytest.fixture(scope="module")
 def overrides(trainer_env):
-    pytest.importorskip("tensorboard")
     ov = trainer_env["overrides"](None, "xrpo", steps=STEPS)
     # bit-exact equality needs the same number of torch threads in the killed subprocesses and in this process
     return [o for o in ov if not o.startswith("output=")] + [
         f"save_every={SAVE_EVERY}", "keep_last=10", "method.kl_coef=0.01", "threads=1", f"eval_every={EVAL_EVERY}",
-        "log_samples_every=1", "tensorboard=true",
+        "log_samples_every=1", f"tensorboard={str(HAS_TB).lower()}",
     ]
 
 
@@ -141,17 +161,7 @@ def test_killed_twice_and_resumed_is_one_run(trainer_env, tmp_path, overrides):
     assert [untimed(r) for r in evals] == [untimed(r) for r in evals_ref]
 
     # -------- TensorBoard: each step once per tag, read back as TensorBoard does and record by record
-    tb, tb_ref = tb_scalars(out / "tensorboard"), tb_scalars(straight / "tensorboard")
-    assert set(tb) == set(tb_ref)
-    for tag in tb:
-        if not tag.startswith("time/"):
-            assert tb[tag] == tb_ref[tag], tag
-        assert [s for s, _ in tb[tag]] == [s for s, _ in tb_ref[tag]], tag
-    assert [s for s, _ in tb["rollout/reward_mean"]] == list(range(1, STEPS + 1))
-    assert [s for s, _ in tb["eval/pass@1"]] == [0, 3, 6, STEPS]
-    raw = raw_tb_counts(out / "tensorboard")
-    assert raw == raw_tb_counts(straight / "tensorboard")
-    assert max(raw.values()) == 1
+    check_tensorboard(out / "tensorboard", straight / "tensorboard")
 
     # -------- what the kills threw away is kept aside, and it is the run's own data
     gone = rows(out / "metrics.discarded.jsonl")
@@ -159,7 +169,7 @@ def test_killed_twice_and_resumed_is_one_run(trainer_env, tmp_path, overrides):
     for r in gone:
         assert untimed(r) == untimed(m_ref[r["step"] - 1])
     assert gone[: s1 - k1] == [logged1[s] for s in range(k1 + 1, s1 + 1)]
-    assert (out / "tensorboard" / "discarded-events.tfrecord").stat().st_size > 0
+    assert (out / "tensorboard" / "discarded-events.tfrecord").exists() == HAS_TB
     assert any("records brought back to step" in line for line in logs)
 
     # -------- the summary counts every segment
@@ -209,8 +219,9 @@ def test_killed_after_the_final_validation_validates_once(trainer_env, tmp_path,
     assert untimed(evals[1]) == untimed(before[1])  # the same model validated with the same seed
     assert rows(out / "eval.discarded.jsonl") == [before[1]]
     assert [r["step"] for r in rows(out / "metrics.jsonl")] == [1, 2]
-    assert [s for s, _ in tb_scalars(out / "tensorboard")["eval/pass@1"]] == [0, 2]
-    assert max(raw_tb_counts(out / "tensorboard").values()) == 1
+    if HAS_TB:
+        assert [s for s, _ in tb_scalars(out / "tensorboard")["eval/pass@1"]] == [0, 2]
+        assert max(raw_tb_counts(out / "tensorboard").values()) == 1
     assert summary["num_segments"] == 2
     assert [(s["start_step"], s["end_step"], s["steps"]) for s in summary["segments"]] == [(0, 2, 2), (2, 2, 0)]
     m = rows(out / "metrics.jsonl")
@@ -246,7 +257,7 @@ def test_resume_from_an_earlier_checkpoint_sets_the_later_ones_aside(trainer_env
     ov = [o for o in overrides if not o.startswith(("steps=", "save_every="))] + ["steps=3", "save_every=1",
                                                                                  f"output={out}"]
     train(build_config(None, ov), log=quiet)
-    shutil.rmtree(out / "tensorboard")  # a run whose event files are gone: nothing to bring back there
+    shutil.rmtree(out / "tensorboard", ignore_errors=True)  # a run whose event files are gone: nothing to rewind
     summary = train(None, resume=str(out / "checkpoints" / "step-00000001"), log=quiet)
     assert [r["step"] for r in rows(out / "metrics.jsonl")] == [1, 2, 3]
     assert [r["step"] for r in rows(out / "metrics.discarded.jsonl")] == [2, 3]
