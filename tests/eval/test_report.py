@@ -61,3 +61,53 @@ def test_report_of_a_run_without_xrpo_mechanisms(tiny_run, tmp_path):
 def test_report_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         make_report(tmp_path)
+
+
+def test_report_counts_every_segment_of_a_resumed_run(tiny_run, tmp_path):
+    from xrpo.trainer.loop import train
+
+    run = tmp_path / "resumed"
+    shutil.copytree(tiny_run, run)
+    first = json.loads((run / "summary.json").read_text())
+    summary = train(None, resume=str(run), log=lambda *_: None)  # a second segment (nothing left to train)
+    assert summary["num_segments"] == 2 and summary["rollouts"] == first["rollouts"]
+    md = make_report(run, html_page=False, log=lambda *_: None).read_text()
+    wall = summary["segments"][0]["wall_time_s"] + summary["segments"][1]["wall_time_s"]
+    assert f"| wall time | {wall:.0f} s over 2 segments |" in md
+    assert "| segments | 2: steps 0->3, 3->3 |" in md
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rollouts, tokens = sum(r["rollout/count"] for r in metrics), sum(r["loss/tokens"] for r in metrics)
+    assert summary["rollouts"] == rollouts and summary["tokens"] == tokens
+    assert f"| rollouts trained on | {rollouts:.0f} ({tokens:.0f} completion tokens) |" in md
+
+    # the issue's run: 24 steps, killed at step 18 after the step-16 checkpoint, resumed; set-aside work is named
+    s = json.loads((run / "summary.json").read_text())
+    s["segments"] = [{"start_step": 0, "end_step": 16, "wall_time_s": 30.4, "steps": 16, "rollouts": 0, "tokens": 0},
+                     {"start_step": 16, "end_step": 24, "wall_time_s": 16.2, "steps": 8, "rollouts": 0, "tokens": 0,
+                      "discarded_steps": 2, "discarded_time_s": 3.46}]
+    s.update(discarded_steps=2, discarded_time_s=3.46)
+    (run / "summary.json").write_text(json.dumps(s))
+    md = make_report(run, html_page=False, log=lambda *_: None).read_text()
+    # 30.4 + 16.2 = 46.6 s
+    assert "| wall time | 47 s over 2 segments |" in md
+    assert ("| segments | 2: steps 0->16, 16->24; 2 steps and 3.5 s of logged work after a checkpoint were set aside "
+            "on resume (*.discarded.jsonl) and are not in the wall time |") in md
+
+
+def test_report_of_an_unfinished_run_and_of_an_older_resumed_log(tiny_run, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(tiny_run, run)
+    (run / "summary.json").unlink()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    # an xrpo before issue #21 logged the steps redone after a resume twice; the last row of a step is the one kept
+    redone = [dict(r, **{"icl/seeded_prompts": r["icl/seeded_prompts"] + 100}) for r in rows[1:]]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + redone))
+    md = make_report(run, html_page=False, log=lambda *_: None).read_text()
+    assert "| steps logged | 3 (last 3); 2 rows repeated a step" in md
+    seeded = rows[0]["icl/seeded_prompts"] + sum(r["icl/seeded_prompts"] for r in redone)
+    assert f"{seeded:.0f} prompts were ICL-seeded" in md
+    # no summary.json: the wall time so far comes from the latest checkpoint
+    from xrpo.trainer.checkpoint import list_checkpoints, load_state
+
+    segs = load_state(list_checkpoints(run)[-1])["segments"]
+    assert f"| wall time | {segs[0]['wall_time_s']:.0f} s up to the checkpoint of step 3 |" in md

@@ -8,7 +8,10 @@
     advantage sharpening   sharpened advantages per step                                   (metrics.jsonl)
     step time              time/generate, verify, plan, retrieve, old_logprobs, update per step, and the rest
 
-A section whose metrics the run did not log (GRPO has no allocation rounds or ICL) says so instead of a plot.
+A section whose metrics the run did not log (GRPO has no allocation rounds or ICL) says so instead of a plot. The
+facts at the top count the whole run: wall time, rollouts and tokens over every segment of a resumed run (from
+summary.json, or the latest checkpoint while the run is unfinished); the *.discarded.jsonl files a resume set aside
+are not read.
 """
 from __future__ import annotations
 
@@ -137,6 +140,42 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def _last_per_step(rows: list[dict]) -> list[dict]:
+    """One metrics row per step, the last written, in step order (the runs of an xrpo before issue #21 logged the
+    steps redone after a resume twice)."""
+    by_step = {r["step"]: r for r in rows}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _checkpoint_segments(run: Path) -> list[dict]:
+    """The segments as of the latest checkpoint, for a run without summary.json (running, or killed)."""
+    from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints, load_state
+
+    found = list_checkpoints(run)
+    try:
+        return load_state(found[-1]).get("segments", []) if found else []
+    except CheckpointError:
+        return []
+
+
+def _segment_facts(segments: list[dict], summary: dict) -> list[list[str]]:
+    """Wall time over every segment (one per `xrpo train` process) and how many the run had; the work resumes set
+    aside (summary.json's totals; while unfinished, what the checkpoint's segments recorded)."""
+    wall = sum(s["wall_time_s"] for s in segments)
+    lost = summary.get("discarded_time_s", sum(s.get("discarded_time_s", 0.0) for s in segments))
+    redone = summary.get("discarded_steps", sum(s.get("discarded_steps", 0) for s in segments))
+    finished = bool(summary)
+    upto = "" if finished else f" up to the checkpoint of step {segments[-1]['end_step']}"
+    facts = [["wall time", f"{wall:.0f} s{upto}" + (f" over {len(segments)} segments" if len(segments) > 1 else "")]]
+    if len(segments) > 1:
+        text = f"{len(segments)}: steps " + ", ".join(f"{s['start_step']}->{s['end_step']}" for s in segments)
+        if lost:
+            text += (f"; {redone} steps and {lost:.1f} s of logged work after a checkpoint were set aside on resume "
+                     f"(*.discarded.jsonl) and are not in the wall time")
+        facts.append(["segments", text])
+    return facts
+
+
 def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
     pts = [(r["step"], r[key]) for r in rows if key in r and r[key] is not None]
     return [p[0] for p in pts], [float(p[1]) for p in pts]
@@ -162,7 +201,8 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
         raise FileNotFoundError(f"{run}: no metrics.jsonl; expected an xrpo training run directory")
     out = Path(output) if output else run / "report"
     out.mkdir(parents=True, exist_ok=True)
-    metrics = _read_jsonl(run / "metrics.jsonl")
+    logged = _read_jsonl(run / "metrics.jsonl")
+    metrics = _last_per_step(logged)
     evals = _read_jsonl(run / "eval.jsonl")
     rounds = _read_jsonl(run / "rounds.jsonl")
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
@@ -170,15 +210,26 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
     method = (config.get("method") or {}).get("name") or summary.get("method") or "?"
     if not metrics:
         raise ValueError(f"{run / 'metrics.jsonl'}: no training steps logged yet")
+    segments = summary.get("segments") or _checkpoint_segments(run)
 
     page = _Page()
     page.h(1, f"Training report: {run.name}")
     steps = [r["step"] for r in metrics]
-    facts = [["method", method], ["steps logged", f"{len(metrics)} (last {steps[-1]})"],
+    repeated = len(logged) - len(metrics)
+    facts = [["method", method],
+             ["steps logged", f"{len(metrics)} (last {steps[-1]})" + (
+                 f"; {repeated} rows repeated a step (a run resumed by an xrpo that did not set them aside): the last "
+                 f"row of each step is used" if repeated else "")],
              ["model", str((config.get("model") or {}).get("path", "?"))],
              ["training data", str((config.get("data") or {}).get("train", "?"))]]
+    rollouts = summary.get("rollouts", sum(float(r.get("rollout/count", 0.0)) for r in metrics))
+    tokens = summary.get("tokens", sum(float(r.get("loss/tokens", 0.0)) for r in metrics))
+    facts.append(["rollouts trained on", f"{rollouts:.0f} ({tokens:.0f} completion tokens)"])
+    if segments:
+        facts += _segment_facts(segments, summary)
+    elif summary.get("wall_time_s") is not None:  # a summary.json written before segments were recorded
+        facts.append(["wall time", f"{summary['wall_time_s']:.0f} s (of its last segment, if it was resumed)"])
     if summary:
-        facts.append(["wall time", f"{summary.get('wall_time_s', 0):.0f} s"])
         if summary.get("pass@1_before") is not None:
             facts.append(["held-out pass@1", f"{summary['pass@1_before']:.3f} -> {summary['pass@1_after']:.3f} "
                                              f"({summary.get('heldout_problems')} problems x "
@@ -217,7 +268,8 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
 
     # -------- allocation
     page.h(2, "Rollout allocation (hierarchical rollout planning)")
-    planned = [r for r in rounds if r.get("round", 0) > 0]
+    # one row per (step, round), the last written (as metrics: older resumed runs logged redone steps twice)
+    planned = list({(r["step"], r["round"]): r for r in rounds if r.get("round", 0) > 0}.values())
     if planned:
         by_round: dict[str, list[float]] = {}
         for r in planned:

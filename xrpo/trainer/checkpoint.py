@@ -8,6 +8,9 @@ A checkpoint directory ``checkpoints/step-00000050/`` holds:
     state.json        step, data-order state, method state, the last metrics
     corpus/           the ICL corpus (when ICL is on)
     COMPLETE          written last; a directory without it is not a checkpoint
+
+state.json's ``segments`` lists the run's segments (one per `xrpo train` process) up to this checkpoint, so that a
+resumed run's summary counts the time, rollouts and tokens of every segment (``xrpo.trainer.logging``).
 """
 from __future__ import annotations
 
@@ -58,17 +61,52 @@ def save_checkpoint(output: Path, step: int, *, model, tokenizer, optimizer, sch
         corpus.save(tmp / "corpus")
     (tmp / MARKER).write_text("ok\n")
     # fsync the marker's directory entries before the rename makes the checkpoint visible
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in list_checkpoints(output)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace ``path`` so that a reader, or a crash, sees the old content or the new one, never a part of it."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def set_aside_later_checkpoints(output: Path, step: int) -> list[Path]:
+    """Rename the checkpoints after ``step`` to ``checkpoints/discarded-step-N``: a run resumed from ``step`` abandons
+    them (their records are set aside too), and a later ``--resume RUN_DIR`` must not pick one of them up. They are
+    kept, not deleted (nothing lists, resumes from or prunes them); returns their new paths."""
+    moved = []
+    for p in list_checkpoints(output):
+        if int(p.name.split("-")[1]) > step:
+            dest = p.with_name("discarded-" + p.name)
+            n = 1
+            while dest.exists():  # a step set aside by an earlier resume as well
+                n += 1
+                dest = p.with_name(f"discarded-{p.name}-{n}")
+            os.replace(p, dest)
+            moved.append(dest)
+    if moved:
+        fsync_dir(Path(output) / "checkpoints")
+    return moved
 
 
 def list_checkpoints(output: Path) -> list[Path]:
@@ -88,12 +126,26 @@ def find_resume_checkpoint(path: str | Path) -> Path:
     if (p / MARKER).exists() and (p / "state.json").exists():
         return p
     found = list_checkpoints(p)
+    if not found and (p / "config.yaml").is_file():
+        raise CheckpointError(
+            f"run directory {p} has no complete checkpoint yet (it stopped before its first one; the config's "
+            f"save_every sets when that is): there is nothing to resume from. To start it again from step 0: "
+            f"xrpo train --config {p / 'config.yaml'} (this overwrites the records it has)"
+        )
     if not found:
         raise CheckpointError(
             f"resume path {p} is not a checkpoint: it has no complete checkpoints/step-*/ directory "
             f"(a checkpoint holds state.json and the {MARKER} marker)"
         )
     return found[-1]
+
+
+def update_state(ckpt: Path, **fields) -> None:
+    """Set ``fields`` in a written checkpoint's state.json, atomically (the old state or the new one, both valid for
+    its weights)."""
+    state = load_state(ckpt)
+    state.update(fields)
+    write_atomic(Path(ckpt) / "state.json", json.dumps(state, indent=1, default=float))
 
 
 def load_state(ckpt: Path) -> dict:

@@ -274,7 +274,8 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
                 raise ckpt.CheckpointError(f"checkpoint {ckpt_path} has no CurES state (state.json: 'cures')")
             cures.load_state_dict(state["cures"])
 
-    logger = RunLogger(output, cfg, resume=ckpt_path is not None, log=log)
+    # on resume the records are first brought back to the checkpoint's step (the killed run may have logged later ones)
+    logger = RunLogger(output, cfg, resume_state=state if ckpt_path is not None else None, t_start=t_start, log=log)
     eval_sampling = SamplingParams(temperature=cfg.eval_temperature, top_p=1.0, max_new_tokens=r.max_new_tokens,
                                    stop=tuple(r.stop), seed=cfg.seed + 7)
 
@@ -424,6 +425,7 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
             logger.log_eval(step, validate(step))
         if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
             state["totals"] = dict(totals)
+            state.update(logger.checkpoint_state(step))
             if cures is not None:
                 state["cures"] = cures.state_dict()
             _save(output, step, model, tokenizer, optimizer, scheduler, corpus, sampler, state, history, cfg)
@@ -431,13 +433,23 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
     # ================================================================ end
     model.eval()
     final_step = step
-    after = validate(final_step)
-    logger.log_eval(final_step, after)
+    if history and history[-1]["step"] == final_step:
+        # this model is validated already (stopped by time_limit after an eval_every step, or a finished run resumed)
+        after = {k: v for k, v in history[-1].items() if k != "step"}
+    else:
+        after = validate(final_step)
+        logger.log_eval(final_step, after)
     if not ckpt.list_checkpoints(output) or ckpt.list_checkpoints(output)[-1].name != f"step-{final_step:08d}":
         state["totals"] = dict(totals)
+        state.update(logger.checkpoint_state(final_step))
         if cures is not None:
             state["cures"] = cures.state_dict()
         _save(output, final_step, model, tokenizer, optimizer, scheduler, corpus, sampler, state, history, cfg)
+    else:
+        # the final checkpoint was written before the final validation: it learns it (a resumed run then keeps its
+        # row) and this segment's end, after the row is logged (a kill in between: the row is set aside, redone)
+        ckpt.update_state(ckpt.list_checkpoints(output)[-1], eval_history=history,
+                          **logger.checkpoint_state(final_step))
     key = "eval/pass@1"
     summary = {
         "method": m.name,
@@ -463,18 +475,18 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
             "seen_frac": float(np.mean(cures.trials > 0)),
             "rollouts_observed": int(cures.trials.sum()),
         }} if cures is not None else {}),
-        "wall_time_s": time.perf_counter() - t_start,
+        **logger.run_totals(final_step),  # wall time, rollouts, tokens over every segment of a resumed run
         "output": str(output),
         "final_checkpoint": str(ckpt.list_checkpoints(output)[-1]),
     }
-    (output / "summary.json").write_text(json.dumps(summary, indent=1))
+    ckpt.write_atomic(output / "summary.json", json.dumps(summary, indent=1))
     logger.close(summary)
     return summary
 
 def _save(output, step, model, tokenizer, optimizer, scheduler, corpus, sampler, state, history, cfg) -> None:
     st = {"sampler": sampler.state(), "before": state.get("before", {}), "eval_history": history,
           "totals": state.get("totals", {})}
-    for key in ("cures", "cures_warmup"):  # CurES's posterior counts and warm-up figures
+    for key in ("cures", "cures_warmup", "segments"):  # CurES's posterior and warm-up; the run's segments
         if key in state:
             st[key] = state[key]
     ckpt.save_checkpoint(output, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
