@@ -139,6 +139,31 @@ def test_grpo_path_is_one_engine_call(verifier):
     assert len(res.records) == 128
 
 
+@pytest.mark.parametrize("allocation,icl", [("hrp", True), ("uniform", False), ("fixed", False)])
+def test_rounds_record_problem_ids_and_successes_per_prompt(verifier, allocation, icl):
+    # rounds.jsonl must let a reader recover per-prompt success rates (xrpo simulate --rounds-file): every round
+    # names its problems and counts each prompt's correct rollouts of that round
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation=allocation, icl=icl, sharpen=False)
+    counts = [8] * 16 if allocation == "fixed" else None
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=3), verifier, renderer(), cfg, SAMPLING,
+                            corpus=seeded_corpus(probs) if icl else None, counts=counts)
+    assert len(res.rounds) == (3 if allocation == "hrp" else 1)
+    for r in res.rounds:
+        assert r["problems"] == [p.id for p in probs]
+        in_round = [x for x in res.records if x.round == r["round"]]
+        assert r["alloc"] == [sum(x.problem_index == q for x in in_round) for q in range(16)]
+        assert r["successes"] == [sum(x.problem_index == q and x.reward >= 1.0 for x in in_round) for q in range(16)]
+    total = np.sum([r["successes"] for r in res.rounds], axis=0)
+    # the always-solved prompts succeed on every rollout, the never-solved ones only from an ICL prompt
+    sizes = np.bincount(res.group_ids, minlength=16)
+    np.testing.assert_array_equal(total[:4], sizes[:4])
+    if not icl:
+        assert total[4:8].sum() == 0
+    if icl:
+        assert res.rounds[1]["flips"] == sum(res.rounds[1]["successes"][q] > 0 for q in res.rounds[1]["seeded"])
+
+
 def seeded_corpus(probs):
     corpus = ICLCorpus(get_embedder("hash"))
     # solutions of the always-solved problems are in the corpus (as after a first step)
@@ -274,7 +299,7 @@ def test_fixed_counts_are_one_engine_call(verifier):
     assert len(engine.calls) == 1 and engine.calls[0][1] == [2, 5, 0, 3]
     assert np.bincount(res.group_ids, minlength=4).tolist() == [2, 5, 0, 3]
     assert res.rounds == [{"round": 0, "alloc": [2, 5, 0, 3], "seeded": [], "flips": 0, "truncated": 0,
-                           "problems": ["p0", "p1", "p2", "p3"]}]
+                           "problems": ["p0", "p1", "p2", "p3"], "successes": [2, 5, 0, 3]}]
     assert res.metrics["rollout/count"] == 10 and res.metrics["alloc/rounds"] == 0
 
 
