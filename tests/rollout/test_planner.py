@@ -321,3 +321,46 @@ def test_fixed_counts_bad_input(verifier):
     with pytest.raises(ValueError, match="requires icl=False"):
         PlanConfig(allocation="fixed", icl=True)
     assert engine.calls == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the allocation simulator (xrpo simulate) runs the planner's allocation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("allocation,mode,icl,cap", [
+    ("hrp", "proportional", True, None), ("hrp", "greedy", True, None), ("hrp", "proportional", False, 3),
+    ("uniform", "proportional", True, None),
+])
+@pytest.mark.parametrize("seed", range(3))
+def test_simulator_allocation_equals_the_planners_on_the_same_rewards(verifier, allocation, mode, icl, cap, seed):
+    from xrpo.algo.simulate import phased_step
+
+    probs = [Problem(id=f"p{i}", prompt=f"{i} + {i} = ?", answer=str(2 * i)) for i in range(12)]
+    rng = np.random.default_rng(seed)
+    pp = [0.0, 0.0, 1.0] + list(np.round(rng.random(9), 2))
+    pi = [0.6, 0.0, 1.0] + pp[3:]
+    cfg = PlanConfig(rollouts_per_step=100, n_base=3, plan_rounds=3, allocation=allocation, alloc_mode=mode,
+                     lam=0.1, alpha=0.05, max_extra_per_prompt=cap, icl=icl, sharpen=False)
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg, SAMPLING,
+                            corpus=seeded_corpus(probs[2:3]) if icl else None)
+
+    def replay(idx, counts, seeded, rnd):
+        # the planner's rewards of this round, per prompt, in generation order; the simulator must ask for exactly the
+        # counts the planner allocated and seed exactly the prompts the planner seeded
+        out = []
+        for q, c in zip(idx, counts):
+            r = [x for x in res.records if x.round == rnd and x.problem_index == q]
+            assert len(r) == c, f"round {rnd} prompt {q}: simulator allocated {c}, planner {len(r)}"
+            assert all(x.seeded == bool(seeded[q]) for x in r)
+            out.append(np.array([x.reward for x in r]))
+        return out
+
+    sim = phased_step(12, 100, replay, n_base=3, rounds=3, allocation=allocation, mode=mode, alpha=0.05, lam=0.1,
+                      max_per_prompt=cap, icl=icl)
+    assert [a.tolist() for a in sim.allocs] == [r["alloc"] for r in res.rounds]
+    assert [np.flatnonzero(s).tolist() for s in sim.seeded] == [r["seeded"] for r in res.rounds]
+    assert [s.tolist() for s in sim.successes] == [r["successes"] for r in res.rounds]
+    assert sim.nonuniform == [r["nonuniform"] for r in res.rounds[1:]]
+    if icl:
+        assert any(r["seeded"] for r in res.rounds)  # the case is exercised
