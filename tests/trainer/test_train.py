@@ -14,6 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from xrpo.algo.presets import list_presets
+from xrpo.cli import main
+from xrpo.sim.runner import read_rounds_rates
 from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints
 from xrpo.trainer.config import build_config
 from xrpo.trainer.loop import NonFiniteLossError, train
@@ -55,6 +57,31 @@ def test_xrpo_mechanisms_report_metrics(trainer_env, tmp_path):
     assert rows[-1]["icl/corpus_problems"] > 0
 
 
+def test_rounds_jsonl_holds_per_problem_successes_for_the_simulator(trainer_env, tmp_path, capsys):
+    out = tmp_path / "x"
+    train(build_config(None, trainer_env["overrides"](out, "xrpo", steps=3)), log=quiet)
+    rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    metrics = {r["step"]: r for r in (json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines())}
+    wins: dict[str, int] = {}
+    trials: dict[str, int] = {}
+    for step in (1, 2, 3):
+        rows = [r for r in rounds if r["step"] == step]
+        # 0/1 rewards (parity verifier): the step's successes over its rollouts are its mean reward
+        n = sum(sum(r["alloc"]) for r in rows)
+        k = sum(sum(r["successes"]) for r in rows)
+        assert n == metrics[step]["rollout/count"] == 16
+        assert k / n == pytest.approx(metrics[step]["rollout/reward_mean"], abs=1e-12)
+        for r in rows:
+            for pid, a, c in zip(r["problems"], r["alloc"], r["successes"]):
+                trials[pid] = trials.get(pid, 0) + a
+                wins[pid] = wins.get(pid, 0) + c
+    rates, info = read_rounds_rates(out)
+    ids = sorted(trials)
+    assert rates.tolist() == [wins[i] / trials[i] for i in ids] and info["rollouts"] == 48
+    assert main(["simulate", "--rounds-file", str(out), "--steps", "5", "--methods", "uniform,hrp"]) == 0
+    assert f"rates of {len(ids)} problems" in capsys.readouterr().out
+
+
 def test_resume_after_kill_is_exact(trainer_env, tmp_path):
     ov = trainer_env["overrides"](None, "xrpo", steps=8)
     # bit-exact equality needs the same number of torch threads in the killed subprocess and in this process
@@ -87,6 +114,10 @@ def test_resume_after_kill_is_exact(trainer_env, tmp_path):
     # the killed run may have logged steps after its last checkpoint; the resumed run repeats them identically
     last = {r["step"]: r["rollout/reward_mean"] for r in m_killed}
     assert last == {r["step"]: r["rollout/reward_mean"] for r in m_straight}
+    # the simulator's reader counts a redone step once: the same per-problem rates as the uninterrupted run
+    rk, ik = read_rounds_rates(killed)
+    rs, is_ = read_rounds_rates(straight)
+    assert rk.tolist() == rs.tolist() and ik["rollouts"] == is_["rollouts"] == 8 * 16
 
 
 def test_bad_inputs(trainer_env, tmp_path):
