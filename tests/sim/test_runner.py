@@ -76,6 +76,12 @@ def test_read_rounds_rates_pools_per_problem(tmp_path):
     assert info["steps"] == 2
     rates, _ = read_rounds_rates(f, ":1")
     np.testing.assert_allclose(rates, [4 / 5, 0.0], rtol=0, atol=1e-15)
+    # ICL-seeded rollouts do not count: b was seeded in step 1's round 1 (1 rollout, 0 successes), a was not
+    seeded = write_rounds(tmp_path / "seeded.jsonl", [row(1, 0, ["a", "b"], [2, 2], [1, 0]),
+                                                       {**row(1, 1, ["a", "b"], [3, 1], [3, 1]), "seeded": [1]}])
+    rates, info = read_rounds_rates(seeded)
+    np.testing.assert_allclose(rates, [4 / 5, 0.0], rtol=0, atol=1e-15)
+    assert info["seeded_rollouts_excluded"] == 1
 
 
 def test_read_rounds_rates_refuses_files_without_per_prompt_successes(tmp_path):

@@ -243,7 +243,8 @@ def _parse_steps(spec: str | None) -> tuple[int | None, int | None]:
 
 def read_rounds_rates(path, steps: str | None = None) -> tuple[np.ndarray, dict]:
     """Each problem's success rate measured in a training run: its correct rollouts over its rollouts, pooled over
-    every round (and generation batch) of the selected steps of rounds.jsonl.
+    every round (and generation batch) of the selected steps of rounds.jsonl. Rollouts a round drew from a prompt's
+    ICL prompt (its index in ``seeded``) are left out: they measure the ICL prompt, not the plain one.
 
     A step logged twice (a resumed run redoing it) counts once, its last block of rows; a partial line left by a
     killed run is skipped (counted in "unreadable_lines"). Rows need ``step``, ``alloc``,
@@ -316,13 +317,17 @@ def read_rounds_rates(path, steps: str | None = None) -> tuple[np.ndarray, dict]
     last = {step: rows for step, rows in blocks}  # a redone step: its last block wins
     trials: dict[str, int] = {}
     wins: dict[str, int] = {}
-    used = 0
+    used = excluded = 0
     for step, rows in last.items():
         if (lo is not None and step < lo) or (hi is not None and step > hi):
             continue
         used += 1
         for row in rows:
-            for pid, a, s in zip(row["problems"], row["alloc"], row["successes"]):
+            seeded = set(row.get("seeded") or [])
+            for j, (pid, a, s) in enumerate(zip(row["problems"], row["alloc"], row["successes"])):
+                if j in seeded:  # drawn from an ICL prompt: a rate of the ICL prompt, not of the plain one
+                    excluded += a
+                    continue
                 trials[str(pid)] = trials.get(str(pid), 0) + a
                 wins[str(pid)] = wins.get(str(pid), 0) + s
     ids = sorted(k for k, n in trials.items() if n > 0)
@@ -332,7 +337,8 @@ def read_rounds_rates(path, steps: str | None = None) -> tuple[np.ndarray, dict]
     n = np.array([trials[k] for k in ids], dtype=np.float64)
     rates = np.array([wins[k] for k in ids], dtype=np.float64) / n
     info = {"file": str(p), "steps": used, "problems": len(ids), "rollouts": int(n.sum()),
-            "rollouts_per_problem_median": float(np.median(n)), "unreadable_lines": skipped}
+            "rollouts_per_problem_median": float(np.median(n)), "unreadable_lines": skipped,
+            "seeded_rollouts_excluded": excluded}
     return rates, info
 
 
@@ -514,9 +520,14 @@ def _fmt(fig: dict, fmt: str) -> str:
 def markdown_table(result: dict) -> str:
     """The simulator's results as Markdown: the setting, one row per method, and the latency table."""
     c, d = result["config"], result["distribution"]
-    src = (f"rates of {d['problems']} problems from `{d['file']}` ({d['steps']} steps, median "
-           f"{d['rollouts_per_problem_median']:g} rollouts each)" if d["source"] == "rounds_file"
-           else f"`{d['dist']}`")
+    if d["source"] == "rounds_file":
+        src = (f"rates of {d['problems']} problems from `{d['file']}` ({d['steps']} steps, median "
+               f"{d['rollouts_per_problem_median']:g} rollouts each"
+               + (f", {d['seeded_rollouts_excluded']} ICL-seeded rollouts left out" if d["seeded_rollouts_excluded"]
+                  else "")
+               + (f", {d['unreadable_lines']} partial lines skipped" if d["unreadable_lines"] else "") + ")")
+    else:
+        src = f"`{d['dist']}`"
     lines = [
         f"Success rates: {src}; mean p {d['mean']:.3f}, p = 0 for {d['p0_share']:.1%}, p = 1 for "
         f"{d['p1_share']:.1%} of prompts.",
