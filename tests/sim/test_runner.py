@@ -201,7 +201,8 @@ def test_sweep_and_plots(tmp_path):
     cfg = SimConfig(steps=10, methods=["uniform", "hrp"])
     sw = sweep(cfg, name, values)
     assert [r["config"]["lam"] for r in sw["runs"]] == [0.0, 1.0]
-    assert sweep_table(sw).count("\n") == 4  # header, rule, two rows
+    table = sweep_table(sw)
+    assert table.count("\n") == 4 and "| 0.0 | " in table and "hrp × uniform: rollouts / groups" in table
     with pytest.raises(ValueError, match="sweep n_base=40: rollouts must be >= n_base"):
         sweep(cfg, "n_base", [2, 40])
     res = simulate(cfg)

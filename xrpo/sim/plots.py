@@ -82,8 +82,9 @@ def plot_sweep(sw: dict, path: Path) -> Path:
     x = np.arange(len(values))
     methods = [m for m in sw["runs"][0]["methods"] if m != "uniform"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
-    for ax, key, title in ((axes[0], "informative_share", "informative rollouts per rollout generated, × uniform"),
-                           (axes[1], "groups_per_rollout", "non-zero-gradient groups per rollout generated, × uniform")):
+    panels = ((axes[0], "informative_share", "informative rollouts per rollout generated, × uniform"),
+              (axes[1], "groups_per_rollout", "non-zero-gradient groups per rollout generated, × uniform"))
+    for ax, key, title in panels:
         for j, m in enumerate(methods):
             ys = np.array([run["methods"][m].get("vs_uniform", {}).get(key, {}).get("ratio", np.nan)
                            for run in sw["runs"]], dtype=float)

@@ -541,7 +541,7 @@ def markdown_table(result: dict) -> str:
     has_u = any("vs_uniform" in r for r in result["methods"].values())
     head = ["method"] + [t for _, t, _ in METRICS[:3]]
     if has_u:
-        head += ["× uniform, per rollout generated: informative rollouts", "× uniform: groups"]
+        head += ["× uniform per rollout generated: informative rollouts", "× uniform per rollout generated: groups"]
     head += [t for _, t, _ in METRICS[3:]]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in result["methods"].items():
@@ -629,26 +629,28 @@ def sweep(cfg: SimConfig, name: str, values: list) -> dict:
 
 
 def sweep_table(sw: dict) -> str:
-    """Markdown: one row per swept value; per method informative rollouts and non-zero-gradient groups per step, with
-    the ratio to uniform per rollout generated (equal to the per-step ratio for every method but DAPO)."""
+    """Markdown: one row per swept value; uniform's informative rollouts and non-zero-gradient groups per step, and
+    each other method's ratios to uniform per rollout generated ("rollouts / groups", 95% intervals; at equal budget
+    the per-step ratios, for every method but DAPO)."""
     methods = list(sw["runs"][0]["methods"])
-    head = [sw["name"]] + [f"{m}: informative rollouts / step (× uniform)" for m in methods] + \
-        [f"{m}: non-zero-gradient groups / step (× uniform)" for m in methods if m != "uniform"]
+    others = [m for m in methods if m != "uniform"]
+    head = [sw["name"]]
+    if "uniform" in methods:
+        head += ["uniform: informative rollouts / step", "uniform: groups / step"]
+    head += [f"{m} × uniform: rollouts / groups" for m in others]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v, run in zip(sw["values"], sw["runs"]):
         cells = [f"`{v}`" if sw["name"] == "dist" else f"{v}"]
-        for m in methods:
-            r = run["methods"][m]
-            u = r.get("vs_uniform", {}).get("informative_share")
-            cells.append(f"{r['informative_rollouts']['mean']:.1f}"
-                         + (f" ({u['ratio']:.2f} ± {u['ci']:.2f})" if u and m != "uniform" else ""))
-        for m in methods:
-            if m == "uniform":
-                continue
-            r = run["methods"][m]
-            u = r.get("vs_uniform", {}).get("groups_per_rollout")
-            cells.append(f"{r['informative_groups']['mean']:.2f}"
-                         + (f" ({u['ratio']:.2f} ± {u['ci']:.2f})" if u and math.isfinite(u["ratio"]) else ""))
+        if "uniform" in methods:
+            u = run["methods"]["uniform"]
+            cells += [_fmt(u["informative_rollouts"], "{:.1f}"), _fmt(u["informative_groups"], "{:.2f}")]
+        for m in others:
+            vs = run["methods"][m].get("vs_uniform", {})
+            parts = []
+            for k in ("informative_share", "groups_per_rollout"):
+                r = vs.get(k)
+                parts.append("–" if r is None or not math.isfinite(r["ratio"]) else f"{r['ratio']:.2f} ± {r['ci']:.2f}")
+            cells.append(" / ".join(parts))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
