@@ -14,7 +14,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from xrpo.algo.allocation import split_budget
 from xrpo.algo.simulate import (
     StepOutcome, bernoulli_draw, best_fixed_allocation, cures_allocation, dapo_step, expected_informative_rollouts,
-    fixed_outcome, icl_success_prob, latency_ratio, mean_ci, nonzero_variance_prob, oracle_allocation,
+    fit_success_rate_mixture, fixed_outcome, icl_success_prob, latency_ratio, mean_ci, nonzero_variance_prob, oracle_allocation,
     outcome_from_phased, phase_latency, phased_step, ratio_ci, round_latency, sample_mixture, step_metrics,
     uniform_counts,
 )
@@ -359,6 +359,38 @@ def test_sample_mixture():
         sample_mixture([0.5, 0.5], [0.0, 1.5], 3, rng)
     with pytest.raises(ValueError, match="component 0: Beta parameters"):
         sample_mixture([1.0], [(0.0, 1.0)], 3, rng)
+
+
+def test_fit_success_rate_mixture_recovers_a_known_mixture():
+    rng = np.random.default_rng(0)
+    p = sample_mixture([0.3, 0.2, 0.5], [0.0, 1.0, (0.7, 1.5)], 4000, rng)
+    n = rng.integers(4, 17, 4000)
+    w0, w1, wb, a, b = fit_success_rate_mixture(rng.binomial(n, p), n)
+    assert abs(w0 - 0.3) < 0.03 and abs(w1 - 0.2) < 0.03 and abs(w0 + w1 + wb - 1) < 1e-12
+    assert abs(a / (a + b) - 0.7 / 2.2) < 0.03  # the Beta part's mean
+    # the raw rates would put every 0-of-n prompt at p = 0: 30% plus the Beta part's 0-of-n draws
+    # all prompts 0 of n -> all weight on p = 0 (a Beta part can only approach it)
+    w0, w1, wb, a, b = fit_success_rate_mixture(np.zeros(50), np.full(50, 8))
+    assert w0 > 0.99
+
+
+def test_fit_success_rate_mixture_likelihood_is_the_beta_binomial():
+    # with one Beta component only (w0 = w1 = 0 enforced by data that has neither 0 nor n successes), the fit maximises
+    # the Beta-binomial likelihood: compare with scipy's betabinom at the fitted and at a perturbed point
+    from scipy import stats
+
+    rng = np.random.default_rng(1)
+    p = rng.beta(3.0, 5.0, 3000)
+    n = np.full(3000, 12)
+    k = rng.binomial(n, p)
+    keep = (k > 0) & (k < n)
+    w0, w1, wb, a, b = fit_success_rate_mixture(k[keep], n[keep])
+    assert w0 < 1e-3 and w1 < 1e-3
+    ll = stats.betabinom.logpmf(k[keep], n[keep], a, b).sum()
+    for da, db in ((1.05, 1.0), (0.95, 1.0), (1.0, 1.05), (1.0, 0.95)):
+        assert stats.betabinom.logpmf(k[keep], n[keep], a * da, b * db).sum() < ll
+    with pytest.raises(ValueError, match="0 <= successes <= trials"):
+        fit_success_rate_mixture([3], [2])
 
 
 # ---------------------------------------------------------------------------------------------------------------

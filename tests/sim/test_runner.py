@@ -108,6 +108,31 @@ def test_read_rounds_rates_refuses_files_without_per_prompt_successes(tmp_path):
         read_rounds_rates(over, "3")
 
 
+def test_rounds_file_rates_raw_or_fitted(tmp_path):
+    rng = np.random.default_rng(0)
+    p = np.r_[np.zeros(300), rng.beta(1.0, 3.0, 700)]
+    rows, pos = [], 0
+    for step in range(1, 64):  # 16 problems x 8 rollouts per step, each problem once (the last step: 8)
+        ids = list(range(pos, min(pos + 16, 1000)))
+        pos += 16
+        if not ids:
+            break
+        k = rng.binomial(8, p[ids])
+        rows.append(row(step, 0, [f"q{i:04d}" for i in ids], [8] * len(ids), [int(x) for x in k]))
+    f = write_rounds(tmp_path / "rounds.jsonl", rows)
+    raw = simulate(SimConfig(rounds_file=str(f), rounds_fit="empirical", steps=10, methods=["uniform"]))
+    fit = simulate(SimConfig(rounds_file=str(f), steps=10, methods=["uniform"]))
+    d = fit["distribution"]
+    assert raw["distribution"]["fit"] == "empirical" and "fitted_dist" not in raw["distribution"]
+    w, comps = parse_mixture(d["fitted_dist"])
+    # 30% of the problems have p = 0; the raw rates put every 0-of-8 problem there (about 30% + 70% E[(1-p)^8])
+    assert abs(w[0] - 0.3) < 0.08 and d["measured"]["zero_share"] > 0.4
+    assert raw["distribution"]["p0_share"] > 0.4 and abs(d["p0_share"] - w[0]) < 0.05
+    assert "a fit to the rates of 1000 problems" in markdown_table(fit)
+    with pytest.raises(ValueError, match="rounds_fit must be 'beta' or 'empirical'"):
+        SimConfig(rounds_file=str(f), rounds_fit="raw")
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"rollouts": 40}, "rollouts must be >= n_base \\* prompts = 4 \\* 16 = 64, got 40"),
     ({"n_base": 1}, "n_base must be >= 2"),

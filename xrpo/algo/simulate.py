@@ -49,6 +49,7 @@ __all__ = [
     "nonzero_variance_prob",
     "oracle_allocation",
     "outcome_from_phased",
+    "fit_success_rate_mixture",
     "fixed_outcome",
     "phase_latency",
     "phased_step",
@@ -123,6 +124,54 @@ def sample_mixture(weights: Sequence[float], components: Sequence, k: int, rng: 
                 raise ValueError(f"component {c}: a fixed success rate must lie in [0, 1], got {comp!r}")
             out[sel] = x
     return out
+
+
+def fit_success_rate_mixture(successes, trials) -> tuple[float, float, float, float, float]:
+    """Maximum-likelihood fit of a success-rate distribution to per-prompt counts: w0 delta_0 + w1 delta_1 +
+    wb Beta(a, b), each prompt's count k_i of n_i being Binomial(n_i, p_i) with p_i drawn from the mixture:
+
+        L = sum_i log( w0 1{k_i = 0} + w1 1{k_i = n_i} + wb C(n_i, k_i) B(k_i + a, n_i - k_i + b) / B(a, b) )
+
+    (the Beta part is the Beta-binomial). It recovers a distribution of p from counts of a few rollouts each, where
+    the raw rates k_i / n_i put every 0-of-n prompt at exactly p = 0. With few rollouts per prompt a prompt near 0 and
+    one at 0 are hard to tell apart: the split between w0 and a Beta part near 0 is then loosely determined, while the
+    distribution of counts at the observed n is fitted well. L-BFGS-B from three starting points; the best is kept.
+
+    Args:
+        successes, trials: (K,) whole numbers, 0 <= k_i <= n_i, n_i >= 1.
+
+    Returns:
+        (w0, w1, wb, a, b): weights summing to 1, Beta parameters > 0.
+    """
+    from scipy import optimize, special
+
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    if k.shape != n.shape or k.ndim != 1 or k.shape[0] == 0:
+        raise ValueError(f"successes and trials must be non-empty 1-D arrays of equal length, got {k.shape}, {n.shape}")
+    if np.any(n < 1) or np.any(k < 0) or np.any(k > n) or not np.all(k == np.round(k)) or not np.all(n == np.round(n)):
+        raise ValueError("need whole numbers with 0 <= successes <= trials and trials >= 1")
+    zero, full = (k == 0).astype(np.float64), (k == n).astype(np.float64)
+    log_binom = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+
+    def nll(theta: np.ndarray) -> float:
+        z = theta[:3] - theta[:3].max()
+        w = np.exp(z) / np.exp(z).sum()
+        a, b = np.exp(theta[3]), np.exp(theta[4])
+        # Beta-binomial pmf: C(n, k) B(k + a, n - k + b) / B(a, b)
+        bb = np.exp(log_binom + special.betaln(k + a, n - k + b) - special.betaln(a, b))
+        like = w[0] * zero + w[1] * full + w[2] * bb
+        return float(-np.mean(np.log(np.maximum(like, 1e-300))))
+
+    best = None
+    for a0, b0 in ((0.5, 0.5), (1.0, 3.0), (3.0, 1.0)):
+        r = optimize.minimize(nll, np.array([0.0, 0.0, 0.0, math.log(a0), math.log(b0)]), method="L-BFGS-B",
+                              bounds=[(-30, 30)] * 3 + [(math.log(1e-3), math.log(1e3))] * 2)
+        if best is None or r.fun < best.fun:
+            best = r
+    z = best.x[:3] - best.x[:3].max()
+    w = np.exp(z) / np.exp(z).sum()
+    return float(w[0]), float(w[1]), float(w[2]), float(np.exp(best.x[3])), float(np.exp(best.x[4]))
 
 
 def icl_success_prob(p, mult: float = 1.0, add: float = 0.0) -> np.ndarray:

@@ -4,8 +4,9 @@
 
 Top to bottom:
     1. rates     each step draws ``prompts`` success probabilities from ``dist`` (a mixture of Beta distributions and
-                 fixed rates, :func:`parse_mixture`) or, with ``rounds_file``, from the per-problem success rates
-                 measured in a training run's rounds.jsonl (:func:`read_rounds_rates`).
+                 fixed rates, :func:`parse_mixture`) or, with ``rounds_file``, from the per-problem success counts
+                 measured in a training run's rounds.jsonl (:func:`read_rounds_counts`): a mixture fitted to them
+                 by maximum likelihood, or their raw rates.
     2. methods   every method allocates the same step (same prompts; its own reward draws) through the library's
                  own functions (``xrpo.algo.simulate``); a small registry maps names to them (:data:`SIM_METHODS`).
     3. figures   per step ``xrpo.algo.simulate.step_metrics``; over ``steps`` steps the mean and its 95% interval,
@@ -33,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from xrpo.algo.simulate import (
-    StepOutcome, bernoulli_draw, cures_allocation, dapo_step, fixed_outcome, icl_success_prob, latency_ratio,
+    StepOutcome, bernoulli_draw, cures_allocation, dapo_step, fit_success_rate_mixture, fixed_outcome,
+    icl_success_prob, latency_ratio,
     mean_ci, oracle_allocation, outcome_from_phased, phase_latency, phased_step, ratio_ci, round_latency,
     sample_mixture, step_metrics, uniform_counts,
 )
@@ -41,7 +43,7 @@ from xrpo.algo.allocation import plan_phases
 
 __all__ = [
     "DEFAULT_DIST", "METRICS", "SIM_METHODS", "SimConfig", "latency_rows", "markdown_table", "parse_mixture",
-    "read_rounds_rates", "register_sim_method", "run_cli", "simulate", "sweep",
+    "read_rounds_counts", "read_rounds_rates", "register_sim_method", "run_cli", "simulate", "sweep",
 ]
 
 DEFAULT_DIST = "0.3*0 + 0.5*beta(0.7,1.5) + 0.2*1"
@@ -79,6 +81,10 @@ class SimConfig:
     rounds_steps, becomes a prompt the simulator draws from (with replacement)."""
     rounds_steps: str | None = None
     """Steps of rounds_file to pool, 'A:B' (inclusive; either side may be empty). Default: every step."""
+    rounds_fit: str = "beta"
+    """How rounds_file's counts become success rates: "beta" (fit w0 * 0 + w1 * 1 + wb * beta(a,b) to every
+    problem's k of n by maximum likelihood, and draw from the fit: a 0-of-8 problem need not have p = 0) or
+    "empirical" (draw the raw rates k / n)."""
     methods: list[str] = field(default_factory=lambda: ["uniform", "hrp", "hrp-greedy", "no-hrp", "cures", "dapo",
                                                         "oracle", "oracle-groups"])
     """Methods to simulate: uniform (GRPO, one batch), hrp (XRPO's proportional HRP), hrp-greedy, no-hrp (the same
@@ -184,6 +190,8 @@ class SimConfig:
             raise ValueError(f"methods lists a method twice: {self.methods!r}")
         if self.dist is not None and self.rounds_file is not None:
             raise ValueError("give dist or rounds_file, not both (rounds_file supplies the success rates)")
+        if self.rounds_fit not in ("beta", "empirical"):
+            raise ValueError(f"rounds_fit must be 'beta' or 'empirical', got {self.rounds_fit!r}")
         if self.rounds_steps is not None and self.rounds_file is None:
             raise ValueError("rounds_steps selects steps of rounds_file, which is not given")
         parse_mixture(self.dist if self.dist is not None else DEFAULT_DIST)  # a bad spec fails here, named
@@ -242,6 +250,12 @@ def _parse_steps(spec: str | None) -> tuple[int | None, int | None]:
 
 
 def read_rounds_rates(path, steps: str | None = None) -> tuple[np.ndarray, dict]:
+    """Each problem's measured success rate k / n (see :func:`read_rounds_counts`), ordered by problem id."""
+    wins, trials, info = read_rounds_counts(path, steps)
+    return wins / trials, info
+
+
+def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """Each problem's success rate measured in a training run: its correct rollouts over its rollouts, pooled over
     every round (and generation batch) of the selected steps of rounds.jsonl. Rollouts a round drew from a prompt's
     ICL prompt (its index in ``seeded``) are left out: they measure the ICL prompt, not the plain one.
@@ -252,8 +266,9 @@ def read_rounds_rates(path, steps: str | None = None) -> tuple[np.ndarray, dict]
     and flips, from which no per-prompt rate can be recovered: they are refused with that reason.
 
     Returns:
-        (rates (K,) float64, one per problem with at least one rollout, ordered by problem id; info dict with
-        "problems", "rollouts", "steps", "rollouts_per_problem_median").
+        (successes (K,), rollouts (K,)) as float64, one entry per problem with at least one rollout, ordered by
+        problem id; info dict with "problems", "rollouts", "steps", "rollouts_per_problem_median",
+        "unreadable_lines", "seeded_rollouts_excluded".
     """
     p = Path(path)
     if p.is_dir():
@@ -335,18 +350,30 @@ def read_rounds_rates(path, steps: str | None = None) -> tuple[np.ndarray, dict]
         raise ValueError(f"{p}: no rollouts in steps {steps or 'all'} (the file has steps "
                          f"{min(last) if last else '-'}..{max(last) if last else '-'})")
     n = np.array([trials[k] for k in ids], dtype=np.float64)
-    rates = np.array([wins[k] for k in ids], dtype=np.float64) / n
+    w = np.array([wins[k] for k in ids], dtype=np.float64)
     info = {"file": str(p), "steps": used, "problems": len(ids), "rollouts": int(n.sum()),
             "rollouts_per_problem_median": float(np.median(n)), "unreadable_lines": skipped,
             "seeded_rollouts_excluded": excluded}
-    return rates, info
+    return w, n, info
 
 
 def _prompt_source(cfg: SimConfig) -> tuple[Callable[[np.random.Generator, int], np.ndarray], dict]:
     """(rng, k) -> k success probabilities, and a description of the distribution."""
     if cfg.rounds_file is not None:
-        rates, info = read_rounds_rates(cfg.rounds_file, cfg.rounds_steps)
-        return (lambda rng, k: rng.choice(rates, size=k, replace=True)), {"source": "rounds_file", **info}
+        wins, trials, info = read_rounds_counts(cfg.rounds_file, cfg.rounds_steps)
+        info = {"source": "rounds_file", "fit": cfg.rounds_fit, **info,
+                "measured": {"mean_rate": float(np.mean(wins / trials)), "zero_share": float(np.mean(wins == 0)),
+                             "full_share": float(np.mean(wins == trials))}}
+        if cfg.rounds_fit == "empirical":
+            rates = wins / trials
+            return (lambda rng, k: rng.choice(rates, size=k, replace=True)), info
+        w0, w1, _, a, b = fit_success_rate_mixture(wins, trials)
+        w0, w1 = round(w0, 4), round(w1, 4)
+        # printed so that it can be passed back as dist; the Beta weight takes the rounding
+        spec = f"{w0:g}*0 + {w1:g}*1 + {round(1.0 - w0 - w1, 4):g}*beta({a:.4g},{b:.4g})"
+        weights, comps = parse_mixture(spec)
+        info["fitted_dist"] = spec
+        return (lambda rng, k: sample_mixture(weights, comps, k, rng)), info
     spec = cfg.dist if cfg.dist is not None else DEFAULT_DIST
     w, comps = parse_mixture(spec)
     return (lambda rng, k: sample_mixture(w, comps, k, rng)), {"source": "dist", "dist": spec}
@@ -521,11 +548,14 @@ def markdown_table(result: dict) -> str:
     """The simulator's results as Markdown: the setting, one row per method, and the latency table."""
     c, d = result["config"], result["distribution"]
     if d["source"] == "rounds_file":
-        src = (f"rates of {d['problems']} problems from `{d['file']}` ({d['steps']} steps, median "
-               f"{d['rollouts_per_problem_median']:g} rollouts each"
+        src = (f"{'a fit to the' if d['fit'] == 'beta' else ''} rates of {d['problems']} problems from "
+               f"`{d['file']}` ({d['steps']} steps, median {d['rollouts_per_problem_median']:g} rollouts each"
                + (f", {d['seeded_rollouts_excluded']} ICL-seeded rollouts left out" if d["seeded_rollouts_excluded"]
                   else "")
-               + (f", {d['unreadable_lines']} partial lines skipped" if d["unreadable_lines"] else "") + ")")
+               + (f", {d['unreadable_lines']} partial lines skipped" if d["unreadable_lines"] else "") + ")"
+               + (f": `{d['fitted_dist']}`" if d["fit"] == "beta" else "")
+               + f". Measured: mean rate {d['measured']['mean_rate']:.3f}, no success for "
+               f"{d['measured']['zero_share']:.1%}, all successes for {d['measured']['full_share']:.1%} of problems")
     else:
         src = f"`{d['dist']}`"
     lines = [
