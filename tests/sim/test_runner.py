@@ -70,6 +70,12 @@ def test_read_rounds_rates_pools_per_problem(tmp_path):
     np.testing.assert_allclose(rates, [5 / 9, 3 / 12, 4 / 9, 0.5, 0.5, 0.0], rtol=0, atol=1e-15)
     assert info["problems"] == 6 and info["steps"] == 5 and info["rollouts"] == 9 + 12 + 9 + 8
     assert info["unreadable_lines"] == 2
+    # the run's own figures per step, over every group of the step (informative rollouts, groups, rollouts):
+    # step 1 a 4/5, b 0/3 -> 5, 1, 8; step 2 c 4/4, a 1/4 -> 4, 1, 8; step 3 b 2/5, c 0/5 -> 5, 1, 10;
+    # step 4 d 0/0, b 1/4 -> 4, 1, 4; step 5 e 2/4, f 1/2, g 0/2 -> 6, 2, 8
+    ms = info["measured_per_step"]
+    assert ms["informative_rollouts"]["mean"] == (5 + 4 + 5 + 4 + 6) / 5
+    assert ms["informative_groups"]["mean"] == 6 / 5 and ms["rollouts"]["mean"] == (8 + 8 + 10 + 4 + 8) / 5
     # steps 2..3 only: a 1/4, b 2/5, c 4/9; the run directory works as well as the file
     rates, info = read_rounds_rates(tmp_path, "2:3")
     np.testing.assert_allclose(rates, [0.25, 0.4, 4 / 9], rtol=0, atol=1e-15)

@@ -268,7 +268,8 @@ def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.n
     Returns:
         (successes (K,), rollouts (K,)) as float64, one entry per problem with at least one rollout, ordered by
         problem id; info dict with "problems", "rollouts", "steps", "rollouts_per_problem_median",
-        "unreadable_lines", "seeded_rollouts_excluded".
+        "unreadable_lines", "seeded_rollouts_excluded", and "measured_per_step": the run's own informative rollouts,
+        non-zero-variance groups and rollouts per step (mean, ci), over every group of each step.
     """
     p = Path(path)
     if p.is_dir():
@@ -333,18 +334,29 @@ def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.n
     trials: dict[str, int] = {}
     wins: dict[str, int] = {}
     used = excluded = 0
+    per_step: dict[str, list[float]] = {"informative_rollouts": [], "informative_groups": [], "rollouts": []}
     for step, rows in last.items():
         if (lo is not None and step < lo) or (hi is not None and step > hi):
             continue
         used += 1
+        group_n: dict[str, int] = {}
+        group_k: dict[str, int] = {}
         for row in rows:
             seeded = set(row.get("seeded") or [])
             for j, (pid, a, s) in enumerate(zip(row["problems"], row["alloc"], row["successes"])):
+                group_n[str(pid)] = group_n.get(str(pid), 0) + a
+                group_k[str(pid)] = group_k.get(str(pid), 0) + s
                 if j in seeded:  # drawn from an ICL prompt: a rate of the ICL prompt, not of the plain one
                     excluded += a
                     continue
                 trials[str(pid)] = trials.get(str(pid), 0) + a
                 wins[str(pid)] = wins.get(str(pid), 0) + s
+        # what the run's steps bought, to set against the simulator's prediction: every group of the step (all its
+        # rollouts, ICL-seeded ones included; DAPO: every generation batch)
+        mixed = [g for g, n_g in group_n.items() if 0 < group_k[g] < n_g]
+        per_step["informative_rollouts"].append(float(sum(group_n[g] for g in mixed)))
+        per_step["informative_groups"].append(float(len(mixed)))
+        per_step["rollouts"].append(float(sum(group_n.values())))
     ids = sorted(k for k, n in trials.items() if n > 0)
     if not ids:
         raise ValueError(f"{p}: no rollouts in steps {steps or 'all'} (the file has steps "
@@ -353,7 +365,8 @@ def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.n
     w = np.array([wins[k] for k in ids], dtype=np.float64)
     info = {"file": str(p), "steps": used, "problems": len(ids), "rollouts": int(n.sum()),
             "rollouts_per_problem_median": float(np.median(n)), "unreadable_lines": skipped,
-            "seeded_rollouts_excluded": excluded}
+            "seeded_rollouts_excluded": excluded,
+            "measured_per_step": {k: dict(zip(("mean", "ci"), mean_ci(v))) for k, v in per_step.items()}}
     return w, n, info
 
 
@@ -548,7 +561,7 @@ def markdown_table(result: dict) -> str:
     """The simulator's results as Markdown: the setting, one row per method, and the latency table."""
     c, d = result["config"], result["distribution"]
     if d["source"] == "rounds_file":
-        src = (f"{'a fit to the' if d['fit'] == 'beta' else ''} rates of {d['problems']} problems from "
+        src = (f"{'a fit to the ' if d['fit'] == 'beta' else ''}rates of {d['problems']} problems from "
                f"`{d['file']}` ({d['steps']} steps, median {d['rollouts_per_problem_median']:g} rollouts each"
                + (f", {d['seeded_rollouts_excluded']} ICL-seeded rollouts left out" if d["seeded_rollouts_excluded"]
                   else "")
@@ -556,8 +569,14 @@ def markdown_table(result: dict) -> str:
                + (f": `{d['fitted_dist']}`" if d["fit"] == "beta" else "")
                + f". Measured: mean rate {d['measured']['mean_rate']:.3f}, no success for "
                f"{d['measured']['zero_share']:.1%}, all successes for {d['measured']['full_share']:.1%} of problems")
+        ms = d["measured_per_step"]
+        measured_line = (f"Measured in the run itself (every rollout, ICL-seeded ones included): "
+                         f"{_fmt(ms['informative_rollouts'], '{:.1f}')} informative rollouts and "
+                         f"{_fmt(ms['informative_groups'], '{:.2f}')} non-zero-gradient groups per step of "
+                         f"{ms['rollouts']['mean']:.1f} rollouts.")
     else:
         src = f"`{d['dist']}`"
+        measured_line = None
     lines = [
         f"Success rates: {src}; mean p {d['mean']:.3f}, p = 0 for {d['p0_share']:.1%}, p = 1 for "
         f"{d['p1_share']:.1%} of prompts.",
@@ -568,6 +587,8 @@ def markdown_table(result: dict) -> str:
         f"(seed {c['seed']}).",
         "",
     ]
+    if measured_line:
+        lines[-1:-1] = [measured_line]
     has_u = any("vs_uniform" in r for r in result["methods"].values())
     head = ["method"] + [t for _, t, _ in METRICS[:3]]
     if has_u:
