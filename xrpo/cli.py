@@ -1,4 +1,4 @@
-"""The `xrpo` command line: `xrpo train`, `xrpo eval`, `xrpo report`, `xrpo verl`."""
+"""The `xrpo` command line: `xrpo train`, `xrpo eval`, `xrpo report`, `xrpo simulate`, `xrpo verl`."""
 from __future__ import annotations
 
 import argparse
@@ -63,6 +63,87 @@ def _report(args) -> int:
 
     make_report(args.run_dir, args.output, html_page=not args.no_html)
     return 0
+
+def _simulate(args) -> int:
+    from xrpo.sim.runner import SimConfig, run_cli
+
+    values: dict = {}
+    if args.config:
+        import yaml
+
+        path = args.config
+        try:
+            with open(path) as f:
+                loaded = yaml.safe_load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"--config: {path} does not exist") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"--config: {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+        loaded = loaded or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"--config: {path} must hold a mapping of options, got {type(loaded).__name__}")
+        known = set(SimConfig.__dataclass_fields__)
+        for key in loaded:
+            if key not in known:
+                raise ValueError(f"--config: {path} has unknown option {key!r}; valid: {', '.join(sorted(known))}")
+        values.update(loaded)
+    for name in SimConfig.__dataclass_fields__:
+        if hasattr(args, name):  # given on the command line (defaults are suppressed): overrides the file
+            values[name] = getattr(args, name)
+    try:
+        cfg = SimConfig(**values)
+    except TypeError as e:  # a wrongly typed value from the YAML file
+        raise ValueError(f"bad option value: {e}") from None
+    run_cli(cfg, output=args.output, sweep_spec=args.sweep, plots=not args.no_plots)
+    return 0
+
+def _str_list(text: str) -> list[str]:
+    return [x for x in text.replace(",", " ").split() if x]
+
+def _add_simulate_parser(sub) -> None:
+    """`xrpo simulate` options come from SimConfig's fields and their docstrings."""
+    from xrpo.sim.runner import SWEEPABLE, SimConfig
+    from xrpo.trainer.config import field_docs
+
+    docs = field_docs(SimConfig)
+    sp = sub.add_parser(
+        "simulate", help="allocation simulator: what each rollout-allocation rule buys per step (no model, seconds)",
+        description="Simulate training steps from prompt success rates alone (a Beta mixture, or the rates measured "
+                    "in a run's rounds.jsonl): uniform (GRPO), HRP proportional / greedy, CurES, DAPO refill and the "
+                    "best allocation in hindsight, through the library's own allocation functions. Prints a "
+                    "Markdown table (mean ± 95% interval over steps) and the paper's latency model of rounds; "
+                    "with --output also writes simulate.md, simulate.json and plots. docs/simulate.md explains "
+                    "every figure. Examples: xrpo simulate; xrpo simulate --dist '0.5*0 + 0.5*beta(1,4)' --icl "
+                    "--icl-mult 0.5; xrpo simulate --rounds-file runs/x --output sim; xrpo simulate --sweep "
+                    "lam=0,0.1,0.3,1 --output sim",
+    )
+    sp.add_argument("--config", help="YAML file of these options (underscored names); flags given here override it")
+    sp.add_argument("--output", metavar="DIR", help="write simulate.md, simulate.json, simulate.png, latency.png "
+                    "(sweep: sweep.md, sweep.json, sweep_NAME.png) there; default: print the table only")
+    sp.add_argument("--sweep", metavar="NAME=V1,V2,...", help="re-run the simulator for each value of one option "
+                    f"({', '.join(SWEEPABLE)}); for dist separate the mixtures with ';'")
+    sp.add_argument("--no-plots", action="store_true", help="with --output, write no PNGs (no matplotlib needed)")
+    S = argparse.SUPPRESS
+    for name, f in SimConfig.__dataclass_fields__.items():
+        flag = "--" + name.replace("_", "-")
+        t = str(f.type)
+        h = docs.get(name, "")
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        shown = ",".join(map(str, default)) if isinstance(default, list) else default
+        h = (h if default is None else f"{h} (default: {shown})").replace("%", "%%")
+        if t == "bool":
+            sp.add_argument(flag, action=argparse.BooleanOptionalAction, default=S, help=h)
+        elif t.startswith("list[int]"):
+            sp.add_argument(flag, type=_int_list, default=S, metavar="M1,M2,...", help=h)
+        elif t.startswith("list[str]"):
+            sp.add_argument(flag, type=_str_list, default=S, metavar="NAME,...", help=h)
+        elif t.startswith("int"):
+            sp.add_argument(flag, type=int, default=S, help=h)
+        elif t.startswith("float"):
+            sp.add_argument(flag, type=float, default=S, help=h)
+        else:
+            sp.add_argument(flag, default=S, help=h)
+    sp.set_defaults(func=_simulate)
 
 def _int_list(text: str) -> list[int]:
     try:
@@ -145,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--output", help="where to write (default RUN_DIR/report)")
     rp.add_argument("--no-html", action="store_true", help="write report.md and the PNGs only")
     rp.set_defaults(func=_report)
+    _add_simulate_parser(sub)
     return parser
 
 def main(argv: list[str] | None = None) -> int:

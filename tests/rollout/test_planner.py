@@ -139,6 +139,31 @@ def test_grpo_path_is_one_engine_call(verifier):
     assert len(res.records) == 128
 
 
+@pytest.mark.parametrize("allocation,icl", [("hrp", True), ("uniform", False), ("fixed", False)])
+def test_rounds_record_problem_ids_and_successes_per_prompt(verifier, allocation, icl):
+    # rounds.jsonl must let a reader recover per-prompt success rates (xrpo simulate --rounds-file): every round
+    # names its problems and counts each prompt's correct rollouts of that round
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation=allocation, icl=icl, sharpen=False)
+    counts = [8] * 16 if allocation == "fixed" else None
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=3), verifier, renderer(), cfg, SAMPLING,
+                            corpus=seeded_corpus(probs) if icl else None, counts=counts)
+    assert len(res.rounds) == (3 if allocation == "hrp" else 1)
+    for r in res.rounds:
+        assert r["problems"] == [p.id for p in probs]
+        in_round = [x for x in res.records if x.round == r["round"]]
+        assert r["alloc"] == [sum(x.problem_index == q for x in in_round) for q in range(16)]
+        assert r["successes"] == [sum(x.problem_index == q and x.reward >= 1.0 for x in in_round) for q in range(16)]
+    total = np.sum([r["successes"] for r in res.rounds], axis=0)
+    # the always-solved prompts succeed on every rollout, the never-solved ones only from an ICL prompt
+    sizes = np.bincount(res.group_ids, minlength=16)
+    np.testing.assert_array_equal(total[:4], sizes[:4])
+    if not icl:
+        assert total[4:8].sum() == 0
+    if icl:
+        assert res.rounds[1]["flips"] == sum(res.rounds[1]["successes"][q] > 0 for q in res.rounds[1]["seeded"])
+
+
 def seeded_corpus(probs):
     corpus = ICLCorpus(get_embedder("hash"))
     # solutions of the always-solved problems are in the corpus (as after a first step)
@@ -311,7 +336,7 @@ def test_fixed_counts_are_one_engine_call(verifier):
     assert len(engine.calls) == 1 and engine.calls[0][1] == [2, 5, 0, 3]
     assert np.bincount(res.group_ids, minlength=4).tolist() == [2, 5, 0, 3]
     assert res.rounds == [{"round": 0, "alloc": [2, 5, 0, 3], "seeded": [], "flips": 0, "truncated": 0,
-                           "problems": ["p0", "p1", "p2", "p3"]}]
+                           "problems": ["p0", "p1", "p2", "p3"], "successes": [2, 5, 0, 3]}]
     assert res.metrics["rollout/count"] == 10 and res.metrics["alloc/rounds"] == 0
 
 
@@ -437,3 +462,46 @@ def test_icl_novelty_chooses_the_prompt_seeded_rollouts_are_scored_under():
     assert all(r.metrics["adv/sharpen_eligible_seeded"] == 2 for r in got.values())
     with pytest.raises(ValueError, match="icl_novelty must be one of"):
         PlanConfig(icl_novelty="both")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the allocation simulator (xrpo simulate) runs the planner's allocation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("allocation,mode,icl,cap", [
+    ("hrp", "proportional", True, None), ("hrp", "greedy", True, None), ("hrp", "proportional", False, 3),
+    ("uniform", "proportional", True, None),
+])
+@pytest.mark.parametrize("seed", range(3))
+def test_simulator_allocation_equals_the_planners_on_the_same_rewards(verifier, allocation, mode, icl, cap, seed):
+    from xrpo.algo.simulate import phased_step
+
+    probs = [Problem(id=f"p{i}", prompt=f"{i} + {i} = ?", answer=str(2 * i)) for i in range(12)]
+    rng = np.random.default_rng(seed)
+    pp = [0.0, 0.0, 1.0] + list(np.round(rng.random(9), 2))
+    pi = [0.6, 0.0, 1.0] + pp[3:]
+    cfg = PlanConfig(rollouts_per_step=100, n_base=3, plan_rounds=3, allocation=allocation, alloc_mode=mode,
+                     lam=0.1, alpha=0.05, max_extra_per_prompt=cap, icl=icl, sharpen=False)
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg, SAMPLING,
+                            corpus=seeded_corpus(probs[2:3]) if icl else None)
+
+    def replay(idx, counts, seeded, rnd):
+        # the planner's rewards of this round, per prompt, in generation order; the simulator must ask for exactly the
+        # counts the planner allocated and seed exactly the prompts the planner seeded
+        out = []
+        for q, c in zip(idx, counts):
+            r = [x for x in res.records if x.round == rnd and x.problem_index == q]
+            assert len(r) == c, f"round {rnd} prompt {q}: simulator allocated {c}, planner {len(r)}"
+            assert all(x.seeded == bool(seeded[q]) for x in r)
+            out.append(np.array([x.reward for x in r]))
+        return out
+
+    sim = phased_step(12, 100, replay, n_base=3, rounds=3, allocation=allocation, mode=mode, alpha=0.05, lam=0.1,
+                      max_per_prompt=cap, icl=icl)
+    assert [a.tolist() for a in sim.allocs] == [r["alloc"] for r in res.rounds]
+    assert [np.flatnonzero(s).tolist() for s in sim.seeded] == [r["seeded"] for r in res.rounds]
+    assert [s.tolist() for s in sim.successes] == [r["successes"] for r in res.rounds]
+    assert sim.nonuniform == [r["nonuniform"] for r in res.rounds[1:]]
+    if icl:
+        assert any(r["seeded"] for r in res.rounds)  # the case is exercised

@@ -156,6 +156,11 @@ def test_killed_twice_and_resumed_is_one_run(trainer_env, tmp_path, overrides):
         got, want = rows(out / name), rows(straight / name)
         assert sorted({r["step"] for r in got}) == list(range(1, STEPS + 1)), name
         assert got == want, name
+    # the simulator's reader (xrpo simulate --rounds-file) sees each step once: the uninterrupted run's rates
+    from xrpo.sim.runner import read_rounds_rates
+
+    (rk, ik), (rs, is_) = read_rounds_rates(out), read_rounds_rates(straight)
+    assert rk.tolist() == rs.tolist() and ik["rollouts"] == is_["rollouts"] == sum(r["rollout/count"] for r in m_ref)
     evals, evals_ref = rows(out / "eval.jsonl"), rows(straight / "eval.jsonl")
     assert [r["step"] for r in evals] == [0, 3, 6, STEPS]  # before, eval_every, final
     assert [untimed(r) for r in evals] == [untimed(r) for r in evals_ref]

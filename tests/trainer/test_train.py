@@ -10,6 +10,10 @@ import torch
 from safetensors.torch import load_file
 
 from xrpo.algo.presets import list_presets
+from xrpo.cli import main
+from xrpo.sim.runner import read_rounds_rates
+from xrpo.cli import main
+from xrpo.sim.runner import read_rounds_rates
 from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints
 from xrpo.trainer.config import build_config
 from xrpo.trainer.loop import NonFiniteLossError, train
@@ -85,6 +89,31 @@ def test_xrpo_step_metrics_hold_the_values_of_the_step(trainer_env, tmp_path):
     assert (x["seeded_prompts"], x["flips"], x["sharpened"]) == tuple(
         sum(r[k] for r in rows) for k in ("icl/seeded_prompts", "icl/flips", "adv/sharpened_count"))
     assert any(r["rollout/group_size_max"] > r["rollout/group_size_min"] for r in rows)
+
+
+def test_rounds_jsonl_holds_per_problem_successes_for_the_simulator(trainer_env, tmp_path, capsys):
+    out = tmp_path / "x"
+    train(build_config(None, trainer_env["overrides"](out, "xrpo", steps=3)), log=quiet)
+    rounds = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
+    metrics = {r["step"]: r for r in (json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines())}
+    wins: dict[str, int] = {}
+    trials: dict[str, int] = {}
+    for step in (1, 2, 3):
+        rows = [r for r in rounds if r["step"] == step]
+        # 0/1 rewards (parity verifier): the step's successes over its rollouts are its mean reward
+        n = sum(sum(r["alloc"]) for r in rows)
+        k = sum(sum(r["successes"]) for r in rows)
+        assert n == metrics[step]["rollout/count"] == 16
+        assert k / n == pytest.approx(metrics[step]["rollout/reward_mean"], abs=1e-12)
+        for r in rows:
+            for pid, a, c in zip(r["problems"], r["alloc"], r["successes"]):
+                trials[pid] = trials.get(pid, 0) + a
+                wins[pid] = wins.get(pid, 0) + c
+    rates, info = read_rounds_rates(out)
+    ids = sorted(trials)
+    assert rates.tolist() == [wins[i] / trials[i] for i in ids] and info["rollouts"] == 48
+    assert main(["simulate", "--rounds-file", str(out), "--steps", "5", "--methods", "uniform,hrp"]) == 0
+    assert f"rates of {len(ids)} problems" in capsys.readouterr().out
 
 
 def test_bad_inputs(trainer_env, tmp_path):

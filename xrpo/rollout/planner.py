@@ -160,7 +160,8 @@ class PlanResult:
     metrics: dict[str, float] = field(default_factory=dict)
     rounds: list[dict] = field(default_factory=list)
     """Per round: allocation per prompt ("alloc"), seeded prompt indices ("seeded"), "flips", ICL example solutions
-    cut to fit the prompt budget ("truncated") and retrieved examples left out to fit it ("dropped")."""
+    cut to fit the prompt budget ("truncated"), retrieved examples left out to fit it ("dropped"), the problem ids of
+    the prompts ("problems") and each prompt's correct rollouts in that round ("successes", reward >= full_reward)."""
 
 
 def _is_nonuniform(alloc: np.ndarray, budget: int) -> bool:
@@ -232,6 +233,12 @@ def generate_rollouts(
 
     rounds: list[dict] = []
     not_seeded = [False] * P
+    ids = [p.id for p in problems]
+
+    def successes_since(n_before: list[int]) -> list[int]:
+        # correct rollouts per prompt in the round just run: with "problems" this lets rounds.jsonl readers recover
+        # per-prompt success rates (`xrpo simulate --rounds-file`)
+        return [sum(1 for r in by_prompt[q][n_before[q]:] if r >= cfg.full_reward) for q in range(P)]
 
     if cfg.allocation != "fixed":  # the caller's counts have no phases (and need not cover n_base per prompt)
         t0 = time.perf_counter()
@@ -243,15 +250,17 @@ def generate_rollouts(
         # one batch of the caller's counts; the problem ids make the caller's choice of prompts visible in rounds.jsonl
         run(plain, fixed, not_seeded, 0)
         rounds.append({"round": 0, "alloc": fixed, "seeded": [], "flips": 0, "truncated": 0,
-                       "problems": [p.id for p in problems]})
+                       "problems": ids, "successes": successes_since([0] * P)})
     elif cfg.allocation == "uniform" and not cfg.icl:
         # nothing to plan: one batch, the whole budget split evenly (GRPO)
         alloc = split_budget(np.zeros(P), cfg.rollouts_per_step)
         run(plain, [int(a) for a in alloc], not_seeded, 0)
-        rounds.append({"round": 0, "alloc": alloc.tolist(), "seeded": [], "flips": 0, "truncated": 0})
+        rounds.append({"round": 0, "alloc": alloc.tolist(), "seeded": [], "flips": 0, "truncated": 0,
+                       "problems": ids, "successes": successes_since([0] * P)})
     else:
         run(plain, [cfg.n_base] * P, not_seeded, 0)
-        rounds.append({"round": 0, "alloc": [cfg.n_base] * P, "seeded": [], "flips": 0, "truncated": 0})
+        rounds.append({"round": 0, "alloc": [cfg.n_base] * P, "seeded": [], "flips": 0, "truncated": 0,
+                       "problems": ids, "successes": successes_since([0] * P)})
         for t, budget in enumerate(round_budgets, start=1):
             if budget == 0:
                 continue
@@ -289,12 +298,12 @@ def generate_rollouts(
             n_before = [len(r) for r in by_prompt]
             run(prompts, [int(a) for a in alloc], seeded, t)
             seeded_idx = [q for q in range(P) if seeded[q]]
-            flips = sum(
-                1 for q in seeded_idx if any(r >= cfg.full_reward for r in by_prompt[q][n_before[q]:])
-            )
+            successes = successes_since(n_before)
+            flips = sum(1 for q in seeded_idx if successes[q] > 0)
             rounds.append({
                 "round": t, "alloc": [int(a) for a in alloc], "seeded": seeded_idx, "flips": flips,
                 "truncated": truncated, "dropped": dropped, "nonuniform": _is_nonuniform(np.asarray(alloc), budget),
+                "problems": ids, "successes": successes,
             })
 
     # every prompt had plain rollouts in round 0 unless its base allocation was 0 (possible only in the

@@ -250,11 +250,14 @@ def generate_tree_rollouts(
         x.reward, x.answer, x.verify_reason = float(res.score), res.answer, res.reason
     timings["time/verify"] += time.perf_counter() - t0
 
+    rewards = np.array([x.reward for x in records], dtype=np.float64)
+    group_ids = np.array([x.group_id for x in records], dtype=np.int64)
+    # correct leaves per tree (reward >= 1.0, the planner's default full_reward), as the planner records its rounds
+    successes = np.bincount(group_ids[rewards >= 1.0], minlength=P) if records else np.zeros(P, dtype=np.int64)
     result = PlanResult(
-        records=records,
-        rewards=np.array([x.reward for x in records], dtype=np.float64),
-        group_ids=np.array([x.group_id for x in records], dtype=np.int64),
-        rounds=[{"round": 0, "alloc": [int(w) for w in widths], "seeded": [], "flips": 0, "truncated": 0}],
+        records=records, rewards=rewards, group_ids=group_ids,
+        rounds=[{"round": 0, "alloc": [int(w) for w in widths], "seeded": [], "flips": 0, "truncated": 0,
+                 "problems": [p.id for p in problems], "successes": [int(c) for c in successes]}],
     )
     result.metrics.update(timings)
     result.metrics.update(rollout_metrics(result, P))

@@ -1,0 +1,80 @@
+"""`xrpo simulate` through the command line's main(): the outputs, --config with flags over it, --sweep, --help
+listing every option, and bad input reported in one line with exit status 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xrpo.cli import build_parser, main
+from xrpo.sim.runner import SimConfig
+from xrpo.trainer.config import field_docs
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_writes_table_json_and_plots(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sim"
+    rc = main(["simulate", "--steps", "20", "--methods", "uniform,hrp,dapo,oracle", "--dist",
+               "0.5*0 + 0.5*beta(1,3)", "--icl", "--icl-mult", "0.5", "--concurrency", "1,64", "--output", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    md = (out / "simulate.md").read_text()
+    assert md in printed and "| hrp | " in md and "ICL p_icl = clip(0.5 p + 0, 0, 1)" in md
+    res = json.loads((out / "simulate.json").read_text())
+    assert list(res["methods"]) == ["uniform", "hrp", "dapo", "oracle"]
+    assert res["config"]["steps"] == 20 and res["config"]["icl"] is True and res["config"]["concurrency"] == [1, 64]
+    assert [r["concurrency"] for r in res["latency"]] == [1, 64]
+    for name in ("simulate.png", "latency.png"):
+        assert (out / name).read_bytes()[:8] == PNG
+
+
+def test_config_file_and_flags_over_it(tmp_path, capsys):
+    cfg = tmp_path / "sim.yaml"
+    cfg.write_text("steps: 12\nmethods: [uniform, hrp]\nlam: 0.5\nprompts: 8\nrollouts: 64\n")
+    out = tmp_path / "o"
+    assert main(["simulate", "--config", str(cfg), "--lam", "0.2", "--output", str(out), "--no-plots"]) == 0
+    res = json.loads((out / "simulate.json").read_text())
+    assert (res["config"]["steps"], res["config"]["lam"], res["config"]["prompts"]) == (12, 0.2, 8)
+    assert not (out / "simulate.png").exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stepz: 3\n")
+    assert main(["simulate", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("xrpo simulate: error: --config:") and "unknown option 'stepz'" in err and "\n" not in err
+
+
+def test_sweep_writes_its_table(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sw"
+    assert main(["simulate", "--steps", "10", "--methods", "uniform,hrp", "--sweep", "n_base=2,4",
+                 "--output", str(out)]) == 0
+    sw = json.loads((out / "sweep.json").read_text())
+    assert sw["name"] == "n_base" and sw["values"] == [2, 4]
+    assert (out / "sweep.md").read_text().count("\n") == 4
+    assert (out / "sweep_n_base.png").read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--methods", "uniform,grpo"], "methods: unknown method 'grpo'"),
+    (["--dist", "0.5*0 + 0.6*1"], "dist: weights must sum to 1"),
+    (["--rounds-file", "no/such/run"], "rounds_file: no/such/run does not exist"),
+    (["--rollouts", "10"], "rollouts must be >= n_base * prompts"),
+    (["--sweep", "steps=1,2"], "sweep: cannot sweep 'steps'"),
+])
+def test_bad_input_is_one_line(argv, match, capsys):
+    assert main(["simulate", "--steps", "5", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("xrpo simulate: error:") and match in err and "\n" not in err
+
+
+def test_help_lists_every_option_with_its_meaning():
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["simulate"]
+    text = sub.format_help()
+    docs = field_docs(SimConfig)
+    for name in SimConfig.__dataclass_fields__:
+        flag = "--" + name.replace("_", "-")
+        assert flag in text, flag
+        action = next(a for a in sub._actions if flag in a.option_strings)
+        assert action.help.startswith(docs[name][:40].replace("%", "%%")), name

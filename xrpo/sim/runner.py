@@ -1,0 +1,747 @@
+"""`xrpo simulate`: the allocation simulator (no model, seconds). docs/simulate.md explains the model and its results.
+
+    simulate(SimConfig(dist="0.6*0 + 0.4*beta(1,3)", methods=["uniform", "hrp"]))   # = xrpo simulate --dist ...
+
+Top to bottom:
+    1. rates     each step draws ``prompts`` success probabilities from ``dist`` (a mixture of Beta distributions and
+                 fixed rates, :func:`parse_mixture`) or, with ``rounds_file``, from the per-problem success counts
+                 measured in a training run's rounds.jsonl (:func:`read_rounds_counts`): a mixture fitted to them
+                 by maximum likelihood, or their raw rates.
+    2. methods   every method allocates the same step (same prompts; its own reward draws) through the library's
+                 own functions (``xrpo.algo.simulate``); a small registry maps names to them (:data:`SIM_METHODS`).
+    3. figures   per step ``xrpo.algo.simulate.step_metrics``; over ``steps`` steps the mean and its 95% interval,
+                 and each method against uniform as a ratio of means with a paired (delta-method) interval.
+    4. latency   the paper's latency model of rounds (appendix "Latency Analysis") for each engine concurrency.
+    5. outputs   a Markdown table (printed; simulate.md), simulate.json, and with matplotlib (the `plot` extra)
+                 simulate.png and latency.png; ``sweep`` re-runs the simulator over values of one option (sweep.md,
+                 sweep.json, sweep_<name>.png).
+
+Random streams: step s draws its prompts from ``default_rng([seed, s, 0])`` and method m its rewards (and DAPO its
+refill prompts, CurES its pool and history) from ``default_rng([seed, s, 1, crc32(m)])``: a method's figures do not
+depend on which other methods run, and the methods of one step are paired on the same prompts.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xrpo.algo.simulate import (
+    StepOutcome, bernoulli_draw, cures_allocation, dapo_step, fit_success_rate_mixture, fixed_outcome,
+    icl_success_prob, latency_ratio,
+    mean_ci, oracle_allocation, outcome_from_phased, phase_latency, phased_step, ratio_ci, round_latency,
+    sample_mixture, step_metrics, uniform_counts,
+)
+from xrpo.algo.allocation import plan_phases
+
+__all__ = [
+    "DEFAULT_DIST", "METRICS", "SIM_METHODS", "SimConfig", "latency_rows", "markdown_table", "parse_mixture",
+    "read_rounds_counts", "read_rounds_rates", "register_sim_method", "run_cli", "simulate", "sweep",
+]
+
+DEFAULT_DIST = "0.3*0 + 0.5*beta(0.7,1.5) + 0.2*1"
+"""The default success-rate distribution: 30% of prompts never solved, 20% always solved, the rest Beta(0.7, 1.5)
+(mean 0.32): a batch where HRP has something to reallocate and something to waste."""
+
+# (key, column title, format) of the reported figures, in table order; docs/simulate.md defines each
+METRICS = [
+    ("informative_rollouts", "informative rollouts / step", "{:.1f}"),
+    ("informative_share", "share of generated", "{:.3f}"),
+    ("informative_groups", "non-zero-gradient groups / step", "{:.2f}"),
+    ("sq_error", "sq. error of p̂", "{:.4f}"),
+    ("rollouts_p01", "rollouts on p ∈ {0,1}", "{:.1f}"),
+    ("rollouts_all_equal", "rollouts in all-equal groups", "{:.1f}"),
+    ("rollouts_generated", "rollouts generated", "{:.1f}"),
+    ("prompts", "prompts consumed", "{:.2f}"),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# config
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SimConfig:
+    """Options of `xrpo simulate` (each field is a command-line option; --help prints these docstrings)."""
+
+    dist: str | None = None
+    """Success-rate distribution of the prompts: '+'-separated components 'W*beta(a,b)' or 'W*x' (every prompt of
+    that component has success rate x in [0, 1]), weights summing to 1; a single component needs no weight. Example:
+    '0.3*0 + 0.5*beta(0.7,1.5) + 0.2*1' (the default). Not together with rounds_file."""
+    rounds_file: str | None = None
+    """A training run's rounds.jsonl (or its run directory): each problem's success rate, pooled over the rounds of
+    rounds_steps, becomes a prompt the simulator draws from (with replacement)."""
+    rounds_steps: str | None = None
+    """Steps of rounds_file to pool, 'A:B' (inclusive; either side may be empty). Default: every step."""
+    rounds_fit: str = "beta"
+    """How rounds_file's counts become success rates: "beta" (fit w0 * 0 + w1 * 1 + wb * beta(a,b) to every
+    problem's k of n by maximum likelihood, and draw from the fit: a 0-of-8 problem need not have p = 0) or
+    "empirical" (draw the raw rates k / n)."""
+    methods: list[str] = field(default_factory=lambda: ["uniform", "hrp", "hrp-greedy", "no-hrp", "cures", "dapo",
+                                                        "oracle", "oracle-groups"])
+    """Methods to simulate: uniform (GRPO, one batch), hrp (XRPO's proportional HRP), hrp-greedy, no-hrp (the same
+    rounds split evenly: the w/o-HRP ablation), cures, dapo (dynamic sampling), oracle (best fixed allocation for
+    informative rollouts, given the true rates), oracle-groups (best fixed allocation for non-zero-gradient groups)."""
+    prompts: int = 16
+    """Prompts per step (rollout.prompts_per_step)."""
+    rollouts: int = 128
+    """Rollouts per step over all prompts, the step budget (rollout.rollouts_per_step)."""
+    n_base: int = 4
+    """Base rollouts per prompt before planning (method.n_base), >= 2."""
+    rounds: int = 2
+    """Planning rounds after the base round (method.plan_rounds)."""
+    alpha: float = 0.05
+    """Significance of HRP's Student-t interval, Eq. (1) (method.alpha)."""
+    lam: float = 0.1
+    """HRP's exploration weight lambda (method.lam)."""
+    max_extra: int | None = None
+    """Cap on the extra rollouts one prompt gets in one planning round (None: no cap)."""
+    steps: int = 1000
+    """Simulated steps (independent batches); intervals shrink as 1/sqrt(steps)."""
+    seed: int = 0
+    """Seed of every random stream (prompts, rewards)."""
+    icl: bool = False
+    """Model ICL seeding in hrp, hrp-greedy and no-hrp: a prompt with no success so far draws a planning round's
+    rollouts at success rate p_icl = clip(icl_mult * p + icl_add, 0, 1)."""
+    icl_mult: float = 1.0
+    """p_icl = clip(icl_mult * p + icl_add, 0, 1): how much more (> 1) or less (< 1) often a seeded rollout succeeds.
+    Issue #19's audit of the default task: about 0.5."""
+    icl_add: float = 0.0
+    """p_icl's additive term: lets a never-solved prompt (p = 0) be solved from its examples."""
+    max_gen_batches: int = 10
+    """DAPO: most generation batches per step (method.max_gen_batches; the dapo preset: 10)."""
+    cures_history: int = 4
+    """CurES: earlier rollouts of each prompt in its Beta posterior (method.cures_warmup_rollouts: the state at a
+    prompt's first visit); they are not charged to the step."""
+    cures_pool: int | None = None
+    """CurES: candidate prompts it draws the step's prompts from (None: the step's own prompts, so that CurES is paired
+    with the other methods and differs only in its counts)."""
+    cures_temp_scale: float = 100.0
+    """CurES: temperature scale c of T_i = c * alpha_i (method.cures_temp_scale)."""
+    cures_min_count: int = 2
+    """CurES: fewest rollouts of a drawn prompt (method.cures_min_count)."""
+    oracle_min: int | None = None
+    """Least rollouts per prompt of the oracles (None: n_base, the floor HRP has)."""
+    degenerate_eps: float = 0.0
+    """A prompt with p <= eps or p >= 1 - eps counts as never / always solved in 'rollouts on p in {0,1}'."""
+    concurrency: list[int] = field(default_factory=lambda: [1, 8, 32, 128, 512, 2048])
+    """Latency model: engine concurrency m_p values (rollouts generated at once)."""
+    t0: float = 1.0
+    """Latency model: time of one rollout (the unit of the latency table)."""
+    dt: float = 0.0
+    """Latency model: planning time per generation round, in the unit of t0."""
+
+    def __post_init__(self):
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"{name} must be {what}, got {getattr(self, name)!r}")
+
+        for name in ("prompts", "rollouts", "n_base", "rounds", "steps", "seed", "max_gen_batches", "cures_history",
+                     "cures_min_count"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool), name, "an integer")
+        need(self.prompts >= 1, "prompts", ">= 1")
+        need(self.n_base >= 2, "n_base", ">= 2 (the t quantile of Eq. (1) needs two rewards)")
+        need(self.rounds >= 0, "rounds", ">= 0")
+        need(self.steps >= 2, "steps", ">= 2 (an interval needs two steps)")
+        need(self.rollouts >= self.n_base * self.prompts, "rollouts",
+             f">= n_base * prompts = {self.n_base} * {self.prompts} = {self.n_base * self.prompts}")
+        if self.rounds == 0 and self.rollouts != self.n_base * self.prompts:
+            raise ValueError(f"rounds=0 leaves {self.rollouts - self.n_base * self.prompts} of rollouts={self.rollouts}"
+                             " unallocated after the base round: give rounds >= 1 or rollouts = n_base * prompts")
+        need(0.0 < self.alpha < 1.0, "alpha", "in (0, 1)")
+        need(math.isfinite(self.lam) and self.lam >= 0, "lam", "a number >= 0")
+        need(self.max_extra is None or (isinstance(self.max_extra, int) and self.max_extra >= 0), "max_extra",
+             "None or an integer >= 0")
+        need(math.isfinite(self.icl_mult) and self.icl_mult >= 0, "icl_mult", "a number >= 0")
+        need(math.isfinite(self.icl_add) and -1 <= self.icl_add <= 1, "icl_add", "in [-1, 1]")
+        need(self.max_gen_batches >= 1, "max_gen_batches", ">= 1")
+        need(self.cures_history >= 0, "cures_history", ">= 0")
+        need(self.cures_min_count >= 1, "cures_min_count", ">= 1")
+        need(self.rollouts >= self.cures_min_count * self.prompts or "cures" not in self.methods, "rollouts",
+             f">= cures_min_count * prompts = {self.cures_min_count * self.prompts} for cures")
+        need(self.cures_pool is None or (isinstance(self.cures_pool, int) and self.cures_pool >= self.prompts),
+             "cures_pool", f"None or an integer >= prompts ({self.prompts})")
+        need(math.isfinite(self.cures_temp_scale) and self.cures_temp_scale > 0, "cures_temp_scale", "a number > 0")
+        need(self.oracle_min is None or (isinstance(self.oracle_min, int) and 0 <= self.oracle_min
+                                         and self.oracle_min * self.prompts <= self.rollouts),
+             "oracle_min", f"None or an integer in [0, rollouts / prompts = {self.rollouts // self.prompts}]")
+        need(0.0 <= self.degenerate_eps < 0.5, "degenerate_eps", "in [0, 0.5)")
+        need(isinstance(self.concurrency, list) and len(self.concurrency) > 0
+             and all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in self.concurrency),
+             "concurrency", "a non-empty list of integers >= 1")
+        need(math.isfinite(self.t0) and self.t0 > 0, "t0", "a number > 0")
+        need(math.isfinite(self.dt) and self.dt >= 0, "dt", "a number >= 0")
+        if not isinstance(self.methods, list) or not self.methods:
+            raise ValueError(f"methods must be a non-empty list of names from {sorted(SIM_METHODS)}, "
+                             f"got {self.methods!r}")
+        for m in self.methods:
+            if m not in SIM_METHODS:
+                raise ValueError(f"methods: unknown method {m!r}; valid: {', '.join(sorted(SIM_METHODS))}")
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods lists a method twice: {self.methods!r}")
+        if self.dist is not None and self.rounds_file is not None:
+            raise ValueError("give dist or rounds_file, not both (rounds_file supplies the success rates)")
+        if self.rounds_fit not in ("beta", "empirical"):
+            raise ValueError(f"rounds_fit must be 'beta' or 'empirical', got {self.rounds_fit!r}")
+        if self.rounds_steps is not None and self.rounds_file is None:
+            raise ValueError("rounds_steps selects steps of rounds_file, which is not given")
+        parse_mixture(self.dist if self.dist is not None else DEFAULT_DIST)  # a bad spec fails here, named
+        _parse_steps(self.rounds_steps)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# success-rate distributions
+# ---------------------------------------------------------------------------------------------------------------
+
+_NUM = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
+_COMPONENT = re.compile(rf"^(?:({_NUM})\s*\*\s*)?(?:beta\(\s*({_NUM})\s*,\s*({_NUM})\s*\)|({_NUM}))$")
+
+
+def parse_mixture(spec: str) -> tuple[list[float], list]:
+    """Parse 'W*beta(a,b) + W*x + ...' into (weights, components) for ``xrpo.algo.simulate.sample_mixture``.
+
+    Raises ValueError naming the option (dist) and the offending component.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"dist must be a mixture such as '0.3*0 + 0.7*beta(1,3)', got {spec!r}")
+    parts = [s.strip() for s in spec.split("+")]
+    weights, comps = [], []
+    for i, part in enumerate(parts):
+        m = _COMPONENT.match(part.replace(" ", ""))
+        if not m:
+            raise ValueError(f"dist: component {i + 1} {part!r} is not 'W*beta(a,b)' or 'W*x' (x a rate in [0, 1])")
+        w, a, b, x = m.groups()
+        if w is None and len(parts) > 1:
+            raise ValueError(f"dist: component {i + 1} {part!r} needs a weight 'W*' (the mixture has {len(parts)} "
+                             "components)")
+        weights.append(1.0 if w is None else float(w))
+        if x is not None:
+            if not 0.0 <= float(x) <= 1.0:
+                raise ValueError(f"dist: component {i + 1} {part!r}: a fixed success rate must lie in [0, 1]")
+            comps.append(float(x))
+        else:
+            if float(a) <= 0 or float(b) <= 0:
+                raise ValueError(f"dist: component {i + 1} {part!r}: Beta parameters must be > 0")
+            comps.append((float(a), float(b)))
+    if abs(sum(weights) - 1.0) > 1e-9:
+        raise ValueError(f"dist: weights must sum to 1, got {' + '.join(f'{w:g}' for w in weights)} = {sum(weights):g}")
+    return weights, comps
+
+
+def _parse_steps(spec: str | None) -> tuple[int | None, int | None]:
+    if spec is None:
+        return None, None
+    m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", str(spec))
+    if not m:
+        raise ValueError(f"rounds_steps must be 'A:B' (inclusive step numbers, either may be empty), got {spec!r}")
+    lo, hi = (int(g) if g else None for g in m.groups())
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"rounds_steps: first step {lo} is after last step {hi}")
+    return lo, hi
+
+
+def read_rounds_rates(path, steps: str | None = None) -> tuple[np.ndarray, dict]:
+    """Each problem's measured success rate k / n (see :func:`read_rounds_counts`), ordered by problem id."""
+    wins, trials, info = read_rounds_counts(path, steps)
+    return wins / trials, info
+
+
+def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Each problem's success rate measured in a training run: its correct rollouts over its rollouts, pooled over
+    every round (and generation batch) of the selected steps of rounds.jsonl. Rollouts a round drew from a prompt's
+    ICL prompt (its index in ``seeded``) are left out: they measure the ICL prompt, not the plain one.
+
+    A step logged twice (a resumed run redoing it) counts once, its last block of rows; a partial line left by a
+    killed run is skipped (counted in "unreadable_lines"). Rows need ``step``, ``alloc``,
+    ``problems`` and ``successes``; runs written before xrpo recorded the last two hold only counts, seeded prompts
+    and flips, from which no per-prompt rate can be recovered: they are refused with that reason.
+
+    Returns:
+        (successes (K,), rollouts (K,)) as float64, one entry per problem with at least one rollout, ordered by
+        problem id; info dict with "problems", "rollouts", "steps", "rollouts_per_problem_median",
+        "unreadable_lines", "seeded_rollouts_excluded", and "measured_per_step": the run's own informative rollouts,
+        non-zero-variance groups and rollouts per step (mean, ci), over every group of each step.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "rounds.jsonl"
+    if not p.is_file():
+        raise FileNotFoundError(f"rounds_file: {p} does not exist (give a run directory or its rounds.jsonl)")
+    lo, hi = _parse_steps(steps)
+    blocks: list[tuple[int, list[dict]]] = []
+    lines = p.read_text().splitlines()
+    skipped = 0
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            # a killed run leaves a partial last line; a resumed run appends its next row right after it
+            cut = line.rfind('{"step"')
+            try:
+                row = json.loads(line[cut:]) if cut > 0 else None
+            except json.JSONDecodeError:
+                row = None
+            if row is None:
+                if lineno == len(lines):  # a partial last line: the run was killed mid-write
+                    skipped += 1
+                    continue
+                raise ValueError(f"{p} line {lineno}: not JSON ({e.msg})") from None
+            skipped += 1
+        if not isinstance(row, dict):
+            raise ValueError(f"{p} line {lineno}: expected a JSON object, got {type(row).__name__}")
+        missing = [k for k in ("step", "alloc", "problems", "successes") if k not in row]
+        if missing:
+            if "successes" in missing or "problems" in missing:
+                raise ValueError(
+                    f"{p} line {lineno} has no {' / '.join(repr(k) for k in missing)} field: this rounds.jsonl "
+                    "records only each round's counts, seeded prompts and flips (a run written before xrpo "
+                    "logged per-prompt successes), so per-prompt success rates cannot be recovered from it. "
+                    "Re-run the training with this version, or give the rates as dist.")
+            raise ValueError(f"{p} line {lineno}: missing field(s) {missing}")
+        alloc, probs, succ = row["alloc"], row["problems"], row["successes"]
+        if not (isinstance(alloc, list) and isinstance(probs, list) and isinstance(succ, list)
+                and len(alloc) == len(probs) == len(succ)):
+            raise ValueError(f"{p} line {lineno}: 'alloc', 'problems' and 'successes' must be lists of equal "
+                             f"length, got lengths {len(alloc) if isinstance(alloc, list) else alloc!r}, "
+                             f"{len(probs) if isinstance(probs, list) else probs!r}, "
+                             f"{len(succ) if isinstance(succ, list) else succ!r}")
+        for j, (a, s) in enumerate(zip(alloc, succ)):
+            if not (isinstance(a, int) and isinstance(s, int) and 0 <= s <= a):
+                raise ValueError(f"{p} line {lineno}: prompt {j} has successes={s!r} of alloc={a!r}; expected "
+                                 "integers with 0 <= successes <= alloc")
+        step = row["step"]
+        if not isinstance(step, int):
+            raise ValueError(f"{p} line {lineno}: 'step' must be an integer, got {step!r}")
+        # a new block: another step, or the same step started again (a resumed run redoing it: resume is exact, so
+        # it repeats the step's first row; a planned round 0 after a round > 0 also marks a restart)
+        if blocks and blocks[-1][0] == step and row != blocks[-1][1][0] and not (
+                row.get("round", 0) == 0 and blocks[-1][1][-1].get("round", 0) > 0):
+            blocks[-1][1].append(row)
+        else:
+            blocks.append((step, [row]))
+    last = {step: rows for step, rows in blocks}  # a redone step: its last block wins
+    trials: dict[str, int] = {}
+    wins: dict[str, int] = {}
+    used = excluded = 0
+    per_step: dict[str, list[float]] = {"informative_rollouts": [], "informative_groups": [], "rollouts": []}
+    for step, rows in last.items():
+        if (lo is not None and step < lo) or (hi is not None and step > hi):
+            continue
+        used += 1
+        group_n: dict[str, int] = {}
+        group_k: dict[str, int] = {}
+        for row in rows:
+            seeded = set(row.get("seeded") or [])
+            for j, (pid, a, s) in enumerate(zip(row["problems"], row["alloc"], row["successes"])):
+                group_n[str(pid)] = group_n.get(str(pid), 0) + a
+                group_k[str(pid)] = group_k.get(str(pid), 0) + s
+                if j in seeded:  # drawn from an ICL prompt: a rate of the ICL prompt, not of the plain one
+                    excluded += a
+                    continue
+                trials[str(pid)] = trials.get(str(pid), 0) + a
+                wins[str(pid)] = wins.get(str(pid), 0) + s
+        # what the run's steps bought, to set against the simulator's prediction: every group of the step (all its
+        # rollouts, ICL-seeded ones included; DAPO: every generation batch)
+        mixed = [g for g, n_g in group_n.items() if 0 < group_k[g] < n_g]
+        per_step["informative_rollouts"].append(float(sum(group_n[g] for g in mixed)))
+        per_step["informative_groups"].append(float(len(mixed)))
+        per_step["rollouts"].append(float(sum(group_n.values())))
+    ids = sorted(k for k, n in trials.items() if n > 0)
+    if not ids:
+        raise ValueError(f"{p}: no rollouts in steps {steps or 'all'} (the file has steps "
+                         f"{min(last) if last else '-'}..{max(last) if last else '-'})")
+    n = np.array([trials[k] for k in ids], dtype=np.float64)
+    w = np.array([wins[k] for k in ids], dtype=np.float64)
+    info = {"file": str(p), "steps": used, "problems": len(ids), "rollouts": int(n.sum()),
+            "rollouts_per_problem_median": float(np.median(n)), "unreadable_lines": skipped,
+            "seeded_rollouts_excluded": excluded,
+            "measured_per_step": {k: dict(zip(("mean", "ci"), mean_ci(v))) for k, v in per_step.items()}}
+    return w, n, info
+
+
+def _prompt_source(cfg: SimConfig) -> tuple[Callable[[np.random.Generator, int], np.ndarray], dict]:
+    """(rng, k) -> k success probabilities, and a description of the distribution."""
+    if cfg.rounds_file is not None:
+        wins, trials, info = read_rounds_counts(cfg.rounds_file, cfg.rounds_steps)
+        info = {"source": "rounds_file", "fit": cfg.rounds_fit, **info,
+                "measured": {"mean_rate": float(np.mean(wins / trials)), "zero_share": float(np.mean(wins == 0)),
+                             "full_share": float(np.mean(wins == trials))}}
+        if cfg.rounds_fit == "empirical":
+            rates = wins / trials
+            return (lambda rng, k: rng.choice(rates, size=k, replace=True)), info
+        w0, w1, _, a, b = fit_success_rate_mixture(wins, trials)
+        w0, w1 = round(w0, 4), round(w1, 4)
+        # printed so that it can be passed back as dist; the Beta weight takes the rounding
+        spec = f"{w0:g}*0 + {w1:g}*1 + {round(1.0 - w0 - w1, 4):g}*beta({a:.4g},{b:.4g})"
+        weights, comps = parse_mixture(spec)
+        info["fitted_dist"] = spec
+        return (lambda rng, k: sample_mixture(weights, comps, k, rng)), info
+    spec = cfg.dist if cfg.dist is not None else DEFAULT_DIST
+    w, comps = parse_mixture(spec)
+    return (lambda rng, k: sample_mixture(w, comps, k, rng)), {"source": "dist", "dist": spec}
+
+
+def _describe(p: np.ndarray) -> dict:
+    return {"mean": float(p.mean()), "p0_share": float(np.mean(p == 0.0)), "p1_share": float(np.mean(p == 1.0)),
+            "quantiles": {str(q): float(np.quantile(p, q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9)}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# methods
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepContext:
+    cfg: SimConfig
+    source: Callable[[np.random.Generator, int], np.ndarray]
+
+
+SimMethod = Callable[[StepContext, np.ndarray, np.random.Generator], StepOutcome]
+SIM_METHODS: dict[str, SimMethod] = {}
+"""Name -> fn(context, p of the step's prompts, generator) -> StepOutcome."""
+
+
+def register_sim_method(name: str) -> Callable[[SimMethod], SimMethod]:
+    def deco(fn: SimMethod) -> SimMethod:
+        if name in SIM_METHODS:
+            raise ValueError(f"simulator method {name!r} is already registered")
+        SIM_METHODS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_sim_method("uniform")
+def _uniform(ctx: StepContext, p: np.ndarray, rng: np.random.Generator) -> StepOutcome:
+    return fixed_outcome(p, uniform_counts(ctx.cfg.prompts, ctx.cfg.rollouts), rng)
+
+
+def _phased(ctx: StepContext, p: np.ndarray, rng: np.random.Generator, allocation: str, mode: str) -> StepOutcome:
+    c = ctx.cfg
+    p_icl = icl_success_prob(p, c.icl_mult, c.icl_add) if c.icl else p
+    res = phased_step(c.prompts, c.rollouts, bernoulli_draw(p, p_icl, rng), n_base=c.n_base, rounds=c.rounds,
+                      allocation=allocation, mode=mode, alpha=c.alpha, lam=c.lam, max_per_prompt=c.max_extra,
+                      icl=c.icl)
+    return outcome_from_phased(p, res)
+
+
+@register_sim_method("hrp")
+def _hrp(ctx, p, rng):
+    return _phased(ctx, p, rng, "hrp", "proportional")
+
+
+@register_sim_method("hrp-greedy")
+def _hrp_greedy(ctx, p, rng):
+    return _phased(ctx, p, rng, "hrp", "greedy")
+
+
+@register_sim_method("no-hrp")
+def _no_hrp(ctx, p, rng):
+    return _phased(ctx, p, rng, "uniform", "proportional")
+
+
+@register_sim_method("cures")
+def _cures(ctx, p, rng):
+    c = ctx.cfg
+    pool = p if c.cures_pool is None or c.cures_pool == c.prompts else np.concatenate(
+        [p, ctx.source(rng, c.cures_pool - c.prompts)])
+    trials = np.full(pool.shape[0], c.cures_history, dtype=np.int64)
+    succ = rng.binomial(trials, pool)
+    idx, counts = cures_allocation(succ, trials, c.prompts, c.rollouts, rng, temp_scale=c.cures_temp_scale,
+                                   min_count=c.cures_min_count)
+    return fixed_outcome(pool[idx], counts, rng)
+
+
+@register_sim_method("dapo")
+def _dapo(ctx, p, rng):
+    c = ctx.cfg
+    return dapo_step(p, lambda k: ctx.source(rng, k), c.prompts, c.rollouts, c.max_gen_batches, rng)
+
+
+@register_sim_method("oracle")
+def _oracle(ctx, p, rng):
+    c = ctx.cfg
+    n_min = c.n_base if c.oracle_min is None else c.oracle_min
+    return fixed_outcome(p, oracle_allocation(p, c.rollouts, n_min, "rollouts"), rng)
+
+
+@register_sim_method("oracle-groups")
+def _oracle_groups(ctx, p, rng):
+    c = ctx.cfg
+    n_min = c.n_base if c.oracle_min is None else c.oracle_min
+    return fixed_outcome(p, oracle_allocation(p, c.rollouts, n_min, "groups"), rng)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# running
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _method_stream(seed: int, step: int, name: str) -> np.random.Generator:
+    return np.random.default_rng([seed, step, 1, zlib.crc32(name.encode())])
+
+
+def simulate(cfg: SimConfig, *, latency: bool = True) -> dict:
+    """Run every method of ``cfg`` on ``cfg.steps`` simulated steps. Returns a JSON-able dict: "config",
+    "distribution", "methods" (per method and figure: mean, ci (95% half-width); per method "vs_uniform": ratio of
+    means and its half-width for informative rollouts and groups), and "latency" (:func:`latency_rows`)."""
+    source, dist_info = _prompt_source(cfg)
+    ctx = StepContext(cfg, source)
+    per: dict[str, dict[str, list[float]]] = {m: {} for m in cfg.methods}
+    drawn = []
+    for s in range(cfg.steps):
+        p = np.asarray(source(np.random.default_rng([cfg.seed, s, 0]), cfg.prompts), dtype=np.float64)
+        drawn.append(p)
+        for name in cfg.methods:
+            out = SIM_METHODS[name](ctx, p, _method_stream(cfg.seed, s, name))
+            for k, v in step_metrics(out, cfg.degenerate_eps).items():
+                per[name].setdefault(k, []).append(v)
+    methods: dict[str, Any] = {}
+    for name, figs in per.items():
+        row: dict[str, Any] = {}
+        for k, vals in figs.items():
+            mean, half = mean_ci(vals)
+            row[k] = {"mean": mean, "ci": half}
+        if "uniform" in per:
+            row["vs_uniform"] = {}
+            # per rollout generated: the comparison at equal budget (DAPO generates more than one batch)
+            for k in ("informative_share", "groups_per_rollout"):
+                r, h = ratio_ci(figs[k], per["uniform"][k])
+                row["vs_uniform"][k] = {"ratio": r, "ci": h}
+        if figs["planned_rounds"] and sum(figs["planned_rounds"]):
+            row["nonuniform_round_share"] = sum(figs["nonuniform_rounds"]) / sum(figs["planned_rounds"])
+        if sum(figs["seeded_prompts"]):
+            row["flip_rate"] = sum(figs["flips"]) / sum(figs["seeded_prompts"])
+        methods[name] = row
+    all_p = np.concatenate(drawn)
+    result = {"config": asdict(cfg), "distribution": {**dist_info, **_describe(all_p)}, "methods": methods}
+    if latency:
+        result["latency"] = latency_rows(cfg)
+    return result
+
+
+def latency_rows(cfg: SimConfig) -> list[dict]:
+    """Per engine concurrency m_p: GRPO's one batch (T1 = ceil(N / m_p) t0) against XRPO's rounds of this config's
+    sizes (base round, then each planning round: sum of ceil(size / m_p) t0 + dt, :func:`phase_latency`), and the
+    paper's closed form for n = rounds + 1 equal rounds (:func:`latency_ratio`; with :func:`round_latency`'s
+    ceilings when n divides N)."""
+    phases = plan_phases(cfg.prompts, cfg.rollouts, cfg.n_base, cfg.rounds)
+    sizes = [phases.base_per_prompt * cfg.prompts, *phases.round_budgets]
+    N, n = cfg.rollouts, len([s for s in sizes if s > 0])
+    rows = []
+    for m in cfg.concurrency:
+        t1 = phase_latency([N], m, cfg.t0, 0.0)
+        t2 = phase_latency(sizes, m, cfg.t0, cfg.dt)
+        row = {"concurrency": m, "T1": t1, "T2": t2, "ratio": t2 / t1,
+               "paper_ratio": float(latency_ratio(N, m, n, cfg.dt / cfg.t0)), "rounds": n}
+        if N % n == 0:
+            a, b = round_latency(N, m, n, cfg.t0, cfg.dt)
+            row["equal_rounds_ratio"] = b / a
+        rows.append(row)
+    return rows
+
+
+def _fmt(fig: dict, fmt: str) -> str:
+    return f"{fmt.format(fig['mean'])} ± {fmt.format(fig['ci'])}"
+
+
+def markdown_table(result: dict) -> str:
+    """The simulator's results as Markdown: the setting, one row per method, and the latency table."""
+    c, d = result["config"], result["distribution"]
+    if d["source"] == "rounds_file":
+        src = (f"{'a fit to the ' if d['fit'] == 'beta' else ''}rates of {d['problems']} problems from "
+               f"`{d['file']}` ({d['steps']} steps, median {d['rollouts_per_problem_median']:g} rollouts each"
+               + (f", {d['seeded_rollouts_excluded']} ICL-seeded rollouts left out" if d["seeded_rollouts_excluded"]
+                  else "")
+               + (f", {d['unreadable_lines']} partial lines skipped" if d["unreadable_lines"] else "") + ")"
+               + (f": `{d['fitted_dist']}`" if d["fit"] == "beta" else "")
+               + f". Measured: mean rate {d['measured']['mean_rate']:.3f}, no success for "
+               f"{d['measured']['zero_share']:.1%}, all successes for {d['measured']['full_share']:.1%} of problems")
+        ms = d["measured_per_step"]
+        measured_line = (f"Measured in the run itself (every rollout, ICL-seeded ones included): "
+                         f"{_fmt(ms['informative_rollouts'], '{:.1f}')} informative rollouts and "
+                         f"{_fmt(ms['informative_groups'], '{:.2f}')} non-zero-gradient groups per step of "
+                         f"{ms['rollouts']['mean']:.1f} rollouts.")
+    else:
+        src = f"`{d['dist']}`"
+        measured_line = None
+    lines = [
+        f"Success rates: {src}; mean p {d['mean']:.3f}, p = 0 for {d['p0_share']:.1%}, p = 1 for "
+        f"{d['p1_share']:.1%} of prompts.",
+        f"Step: {c['prompts']} prompts, {c['rollouts']} rollouts, n_base {c['n_base']}, {c['rounds']} planning "
+        f"rounds, alpha {c['alpha']:g}, lambda {c['lam']:g}"
+        + (f", ICL p_icl = clip({c['icl_mult']:g} p + {c['icl_add']:g}, 0, 1)" if c["icl"] else ", no ICL")
+        + f"; DAPO max_gen_batches {c['max_gen_batches']}. Mean ± 95% interval over {c['steps']} steps "
+        f"(seed {c['seed']}).",
+        "",
+    ]
+    if measured_line:
+        lines[-1:-1] = [measured_line]
+    has_u = any("vs_uniform" in r for r in result["methods"].values())
+    head = ["method"] + [t for _, t, _ in METRICS[:3]]
+    if has_u:
+        head += ["× uniform per rollout generated: informative rollouts", "× uniform per rollout generated: groups"]
+    head += [t for _, t, _ in METRICS[3:]]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in result["methods"].items():
+        cells = [name] + [_fmt(r[k], f) for k, _, f in METRICS[:3]]
+        if has_u:
+            for k in ("informative_share", "groups_per_rollout"):
+                v = r.get("vs_uniform", {}).get(k)
+                cells.append("–" if v is None or not math.isfinite(v["ratio"])
+                             else f"{v['ratio']:.3f} ± {v['ci']:.3f}")
+        cells += [_fmt(r[k], f) for k, _, f in METRICS[3:]]
+        lines.append("| " + " | ".join(cells) + " |")
+    extra = []
+    for name, r in result["methods"].items():
+        bits = []
+        if "nonuniform_round_share" in r:
+            bits.append(f"non-uniform allocation in {r['nonuniform_round_share']:.1%} of planning rounds")
+        if "flip_rate" in r:
+            bits.append(f"ICL seeded {r['seeded_prompts']['mean']:.2f} prompts / step, flip rate {r['flip_rate']:.3f}")
+        if r["rollouts_dropped"]["mean"] > 0:
+            bits.append(f"{r['rollouts_dropped']['mean']:.1f} generated rollouts / step dropped by the filter")
+        if bits:
+            extra.append(f"- {name}: " + "; ".join(bits))
+    if extra:
+        lines += [""] + extra
+    if result.get("latency"):
+        lat = result["latency"]
+        lines += ["", f"Latency model (paper appendix \"Latency Analysis\"): N = {c['rollouts']} rollouts, "
+                  f"{lat[0]['rounds']} generation rounds, t0 = {c['t0']:g}, dt = {c['dt']:g} per round.", "",
+                  "| concurrency m_p | T1 (one batch) | T2 (rounds) | T2 / T1 | paper closed form |",
+                  "|---|---|---|---|---|"]
+        for row in lat:
+            lines.append(f"| {row['concurrency']} | {row['T1']:g} | {row['T2']:g} | {row['ratio']:.3f} | "
+                         f"{row['paper_ratio']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _coerce(name: str, text: str) -> Any:
+    """A sweep value for field ``name`` from its text."""
+    f = {x.name: x for x in fields(SimConfig)}[name]
+    t = str(f.type)
+    if "None" in t and text.lower() == "none":
+        return None
+    try:
+        if t.startswith("int"):
+            return int(text)
+        if t.startswith("float"):
+            return float(text)
+        if t.startswith("bool"):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text.lower() in ("true", "1")
+    except ValueError:
+        raise ValueError(f"sweep: {text!r} is not a valid value for {name} ({t})") from None
+    return text
+
+
+SWEEPABLE = ("dist", "prompts", "rollouts", "n_base", "rounds", "alpha", "lam", "max_extra", "icl_mult", "icl_add",
+             "max_gen_batches", "cures_history")
+
+
+def parse_sweep(spec: str) -> tuple[str, list]:
+    """'NAME=V1,V2,...' (dist: 'dist=SPEC1;SPEC2;...', since a mixture spec has commas) -> (name, values)."""
+    if "=" not in spec:
+        raise ValueError(f"sweep must be NAME=V1,V2,... with NAME one of {', '.join(SWEEPABLE)}; got {spec!r}")
+    name, rest = (s.strip() for s in spec.split("=", 1))
+    if name not in SWEEPABLE:
+        raise ValueError(f"sweep: cannot sweep {name!r}; sweepable: {', '.join(SWEEPABLE)}")
+    vals = [v.strip() for v in rest.split(";" if name == "dist" else ",") if v.strip()]
+    if len(vals) < 2:
+        raise ValueError(f"sweep: give at least two values for {name}, got {rest!r}")
+    return name, [_coerce(name, v) for v in vals]
+
+
+def sweep(cfg: SimConfig, name: str, values: list) -> dict:
+    """Run the simulator once per value of option ``name`` (other options from ``cfg``). Returns {"name", "values",
+    "runs": [simulate() result per value, without latency]}; a value that makes the config invalid raises naming it."""
+    runs = []
+    for v in values:
+        try:
+            c = replace(cfg, **{name: v})
+        except ValueError as e:
+            raise ValueError(f"sweep {name}={v!r}: {e}") from None
+        runs.append(simulate(c, latency=False))
+    return {"name": name, "values": values, "runs": runs}
+
+
+def sweep_table(sw: dict) -> str:
+    """Markdown: one row per swept value; uniform's informative rollouts and non-zero-gradient groups per step, and
+    each other method's ratios to uniform per rollout generated ("rollouts / groups", 95% intervals; at equal budget
+    the per-step ratios, for every method but DAPO)."""
+    methods = list(sw["runs"][0]["methods"])
+    others = [m for m in methods if m != "uniform"]
+    head = [sw["name"]]
+    if "uniform" in methods:
+        head += ["uniform: informative rollouts / step", "uniform: groups / step"]
+    head += [f"{m} × uniform: rollouts / groups" for m in others]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for v, run in zip(sw["values"], sw["runs"]):
+        cells = [f"`{v}`" if sw["name"] == "dist" else f"{v}"]
+        if "uniform" in methods:
+            u = run["methods"]["uniform"]
+            cells += [_fmt(u["informative_rollouts"], "{:.1f}"), _fmt(u["informative_groups"], "{:.2f}")]
+        for m in others:
+            vs = run["methods"][m].get("vs_uniform", {})
+            parts = []
+            for k in ("informative_share", "groups_per_rollout"):
+                r = vs.get(k)
+                parts.append("–" if r is None or not math.isfinite(r["ratio"]) else f"{r['ratio']:.2f} ± {r['ci']:.2f}")
+            cells.append(" / ".join(parts))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def run_cli(cfg: SimConfig, *, output: str | None = None, sweep_spec: str | None = None, plots: bool = True,
+            log=print) -> dict:
+    """What `xrpo simulate` does: simulate (or sweep), print the Markdown table, and with ``output`` write the
+    Markdown, the JSON and (matplotlib installed and ``plots``) the PNGs there."""
+    out = Path(output) if output else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    if sweep_spec:
+        name, values = parse_sweep(sweep_spec)
+        sw = sweep(cfg, name, values)
+        table = sweep_table(sw)
+        log(table)
+        if out is not None:
+            _write(out / "sweep.md", table)
+            _write(out / "sweep.json", json.dumps(sw, indent=1, default=str))
+            if plots:
+                from xrpo.sim.plots import plot_sweep
+
+                log(f"wrote {plot_sweep(sw, out / f'sweep_{name}.png')}")
+        return sw
+    result = simulate(cfg)
+    table = markdown_table(result)
+    log(table)
+    if out is not None:
+        _write(out / "simulate.md", table)
+        _write(out / "simulate.json", json.dumps(result, indent=1))
+        if plots:
+            from xrpo.sim.plots import plot_latency, plot_methods
+
+            log(f"wrote {plot_methods(result, out / 'simulate.png')}")
+            log(f"wrote {plot_latency(cfg, out / 'latency.png')}")
+        log(f"outputs in {out}: simulate.md, simulate.json" + (", simulate.png, latency.png" if plots else ""))
+    return result
