@@ -42,11 +42,15 @@ def vllm_run(trainer_env, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("vllm_train")
     tok = AutoTokenizer.from_pretrained(trainer_env["model"])
-    model_dir = root / "model"
+    # shipped inside a Python package and named package:NAME, which vLLM cannot resolve by itself
+    model_dir = root / "xrpo_vllm_test_model"
     build_tiny_model(tok, d_model=64, layers=2, heads=2, ffn=128, seed=0).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
+    (model_dir / "__init__.py").write_text("")
+    mp = pytest.MonkeyPatch()
+    mp.syspath_prepend(str(root))
     overrides = [o for o in base_overrides(trainer_env, None, "xrpo", steps=3) if not o.startswith("output=")] + [
-        f"model.path={model_dir}", "rollout.engine=vllm", "rollout.vllm_kv_cache_gib=0.25", "save_every=1",
+        "model.path=package:xrpo_vllm_test_model", "rollout.engine=vllm", "rollout.vllm_kv_cache_gib=0.25", "save_every=1",
         "keep_last=5", "method.kl_coef=0.01", "threads=1",
     ]
     engines = []
@@ -57,7 +61,6 @@ def vllm_run(trainer_env, tmp_path_factory):
         engines.append(engine)
         return engine
 
-    mp = pytest.MonkeyPatch()
     mp.setattr(loop, "build_engine", recording_build)
     out = root / "straight"
     summary = loop.train(build_config(None, [f"output={out}", *overrides]), log=quiet)
@@ -72,8 +75,8 @@ def test_train_with_vllm_rollouts(vllm_run):
     summary, out = vllm_run["summary"], vllm_run["out"]
     (engine,) = vllm_run["engines"]
     assert isinstance(engine, VLLMEngine)
-    # vLLM was given the model directory and the trainer's dtype; its CPU KV cache is the configured one
-    assert engine.model_path == str(vllm_run["model"]) and engine.kv_cache_gib == 0.25
+    # vLLM was given the resolved model directory (not "package:NAME"); its CPU KV cache is the configured one
+    assert Path(engine.model_path).resolve() == vllm_run["model"].resolve() and engine.kv_cache_gib == 0.25
     assert summary["steps"] == 3
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
