@@ -33,8 +33,35 @@ def run(code: str, inputs=("",), limits: Limits = TIGHT, **kw):
     return run_program(textwrap.dedent(code), "stdin", list(inputs), limits=limits, **kw)
 
 
+def _stat(pid: str) -> tuple[int, int]:
+    """(parent pid, start time in clock ticks since boot) of a process, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[19])
+
+
+_SESSION_START = _stat(str(os.getpid()))[1]
+
+
+def _another_sessions(pid: str) -> bool:
+    """Whether a process belongs to other work on this shared machine (another pytest or training run grading code
+    at the same time): its ancestors lead to init without passing through this test session. An orphan (parent init)
+    is ours when it began during this session: a sandboxed process that escaped its run."""
+    me = os.getpid()
+    try:
+        parent, start = _stat(pid)
+        if parent == 1:
+            return start < _SESSION_START
+        while parent > 1:
+            if parent == me:
+                return False
+            parent = _stat(str(parent))[0]
+    except (OSError, ValueError, IndexError):
+        pass  # the process or an ancestor ended while we looked: not a survivor of ours
+    return True
+
+
 def sandbox_processes() -> list[str]:
-    """Processes of a dedicated sandbox uid, or sleeping for this session's marker."""
+    """Processes of a dedicated sandbox uid, or sleeping for this session's marker, that this session started."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -44,7 +71,9 @@ def sandbox_processes() -> list[str]:
             cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SLOTS or MARK in cmd:
+        ours = MARK in cmd or (sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SLOTS
+                               and not _another_sessions(name))
+        if ours:
             found.append(f"{name} uid={uid} {cmd[:80]}")
     return found
 
