@@ -257,6 +257,16 @@ def test_resume_before_the_first_checkpoint_says_how_to_start_again(trainer_env,
     assert summary["steps"] == 1 and summary["num_segments"] == 1
 
 
+def test_a_new_run_into_a_finished_runs_directory_is_refused(trainer_env, tmp_path, overrides):
+    out = tmp_path / "done"
+    cfg = [o for o in overrides if not o.startswith("steps=")] + ["steps=2", "save_every=1", f"output={out}"]
+    train(build_config(None, cfg), log=quiet)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(CheckpointError, match=r"already holds a run \(checkpoints up to step-0*2\).*--resume"):
+        train(build_config(None, cfg), log=quiet)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing was changed
+
+
 def test_resume_from_an_earlier_checkpoint_sets_the_later_ones_aside(trainer_env, tmp_path, overrides):
     out = tmp_path / "back"
     ov = [o for o in overrides if not o.startswith(("steps=", "save_every="))] + ["steps=3", "save_every=1",

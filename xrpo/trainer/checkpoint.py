@@ -118,6 +118,18 @@ def list_checkpoints(output: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
+def refuse_existing_run(output: str | Path) -> None:
+    """A new run must not start in a directory that holds another run's checkpoints: it would overwrite that run's
+    records and mix its checkpoints with the new ones (a run that stopped before its first checkpoint may be started
+    again in place: there is nothing to resume)."""
+    found = list_checkpoints(Path(output))
+    if found:
+        raise CheckpointError(
+            f"output {output} already holds a run (checkpoints up to {found[-1].name}): continue it with "
+            f"`xrpo train --resume {output}`, or give another output=DIR; nothing was changed"
+        )
+
+
 def find_resume_checkpoint(path: str | Path) -> Path:
     """``path`` is a run directory (its latest complete checkpoint is used) or a checkpoint directory."""
     p = Path(path)

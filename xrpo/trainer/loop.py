@@ -190,6 +190,7 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
     else:
         cfg.validate()
         output = Path(cfg.output or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        ckpt.refuse_existing_run(output)
         output.mkdir(parents=True, exist_ok=True)
         cfg.output = str(output)
         (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
