@@ -10,7 +10,7 @@ One training step of Algorithm 1 calls, on the host:
 Rewards are Bernoulli with a per-prompt success rate drawn uniformly (about 1/4 of prompts all-wrong or
 all-right, as in training); token log-probs are float32 with completion lengths uniform in [1, T].
 
-    python benchmarks/bench_algo.py            # full tables (about a minute on 2 cores)
+    python benchmarks/bench_algo.py            # full tables
     python benchmarks/bench_algo.py --quick    # small sizes, few repeats: a sanity run
 """
 
@@ -57,7 +57,7 @@ def make_step_inputs(num_prompts: int, per_prompt: int, T: int, seed: int = 0):
 
 def interleaved_medians_ms(fns: dict, repeats: int) -> dict[str, float]:
     """Median time of each function; the repeats go round-robin over the functions so that a burst of load from
-    another process on this shared machine spreads over all of them instead of inflating one."""
+    another process on a shared machine spreads over all of them instead of inflating one."""
     for fn in fns.values():
         fn()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in fns}
