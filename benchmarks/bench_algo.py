@@ -111,12 +111,14 @@ def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
     spec.loader.exec_module(old)
     import xrpo.algo.advantages as new
 
-    print(f"\nBefore/after: {path} (old) against {new.__file__} (new), numpy inputs; ms, ratio new / old\n")
-    print("| setting | function | old | new | new / old |")
-    print("|---|---|---|---|---|")
-    for q, g in [(64, 256), (1024, 64)]:
+    print(f"\nBefore/after: {path} (old) against {new.__file__} (new); ms, ratio new / old\n")
+    print("| setting | inputs | function | old | new | new / old |")
+    print("|---|---|---|---|---|---|")
+    for (q, g), backend in [(s, b) for s in [(64, 256), (1024, 64)] for b in ("numpy", "torch")]:
         inp = make_step_inputs(q, g, T)
         r, gids, lp, mask = inp["rewards"], inp["group_ids"], inp["logprobs"], inp["mask"]
+        if backend == "torch":
+            r, gids, lp, mask = (torch.from_numpy(x) for x in (r, gids, lp, mask))
         fns, outs = {}, {}
         for tag, mod in (("old", old), ("new", new)):
             adv = mod.group_advantages(r, gids)
@@ -127,11 +129,11 @@ def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
             fns[(tag, "novelty")] = lambda m=mod, s=scores: m.novelty(s, gids)
             fns[(tag, "sharpen_advantages")] = lambda m=mod, a=adv, s=scores: m.sharpen_advantages(a, r, s, gids)
         for a, b in zip(outs["old"], outs["new"]):
-            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         t = interleaved_medians_ms(fns, repeats)
         for name in ("group_advantages", "length_normalized_loglik", "novelty", "sharpen_advantages"):
             o, n = t[("old", name)], t[("new", name)]
-            print(f"| {q} x {g} | {name} | {o:.3f} | {n:.3f} | {n / o:.2f} |")
+            print(f"| {q} x {g} | {backend} | {name} | {o:.3f} | {n:.3f} | {n / o:.2f} |")
     print("\n(outputs of old and new identical, bit for bit)")
 
 
