@@ -10,13 +10,18 @@ One training step of Algorithm 1 calls, on the host:
 Rewards are Bernoulli with a per-prompt success rate drawn uniformly (about 1/4 of prompts all-wrong or
 all-right, as in training); token log-probs are float32 with completion lengths uniform in [1, T].
 
-    python benchmarks/bench_algo.py            # full tables (about a minute on 2 cores)
+    python benchmarks/bench_algo.py            # full tables
     python benchmarks/bench_algo.py --quick    # small sizes, few repeats: a sanity run
+    python benchmarks/bench_algo.py --compare OLD_TREE   # this xrpo.algo.advantages against another checkout's,
+                                                         # interleaved in one process (before/after of a change)
+
+"torch" rows pass CPU tensors, as verl's estimator does (the functions take them through numpy.asarray).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import statistics
@@ -57,7 +62,7 @@ def make_step_inputs(num_prompts: int, per_prompt: int, T: int, seed: int = 0):
 
 def interleaved_medians_ms(fns: dict, repeats: int) -> dict[str, float]:
     """Median time of each function; the repeats go round-robin over the functions so that a burst of load from
-    another process on this shared machine spreads over all of them instead of inflating one."""
+    another process on a shared machine spreads over all of them instead of inflating one."""
     for fn in fns.values():
         fn()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -96,11 +101,49 @@ def time_components(inp: dict, backend: str, repeats: int, alloc_mode: str = "pr
     return out
 
 
+def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
+    """Time the four functions of this tree's `xrpo.algo.advantages` and of ``old_tree``'s, interleaved, and check
+    that both give the same numbers. The other file is loaded by path under another module name; it may import only
+    third-party modules and ``xrpo.algo.tree`` (served from this tree)."""
+    path = os.path.join(old_tree, "xrpo", "algo", "advantages.py")
+    spec = importlib.util.spec_from_file_location("bench_old_advantages", path)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    import xrpo.algo.advantages as new
+
+    print(f"\nBefore/after: {path} (old) against {new.__file__} (new); ms, ratio new / old\n")
+    print("| setting | inputs | function | old | new | new / old |")
+    print("|---|---|---|---|---|---|")
+    for (q, g), backend in [(s, b) for s in [(64, 256), (1024, 64)] for b in ("numpy", "torch")]:
+        inp = make_step_inputs(q, g, T)
+        r, gids, lp, mask = inp["rewards"], inp["group_ids"], inp["logprobs"], inp["mask"]
+        if backend == "torch":
+            r, gids, lp, mask = (torch.from_numpy(x) for x in (r, gids, lp, mask))
+        fns, outs = {}, {}
+        for tag, mod in (("old", old), ("new", new)):
+            adv = mod.group_advantages(r, gids)
+            scores = mod.length_normalized_loglik(lp, mask)
+            outs[tag] = [adv, scores, mod.novelty(scores, gids), mod.sharpen_advantages(adv, r, scores, gids)[0]]
+            fns[(tag, "group_advantages")] = lambda m=mod: m.group_advantages(r, gids)
+            fns[(tag, "length_normalized_loglik")] = lambda m=mod: m.length_normalized_loglik(lp, mask)
+            fns[(tag, "novelty")] = lambda m=mod, s=scores: m.novelty(s, gids)
+            fns[(tag, "sharpen_advantages")] = lambda m=mod, a=adv, s=scores: m.sharpen_advantages(a, r, s, gids)
+        for a, b in zip(outs["old"], outs["new"]):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        t = interleaved_medians_ms(fns, repeats)
+        for name in ("group_advantages", "length_normalized_loglik", "novelty", "sharpen_advantages"):
+            o, n = t[("old", name)], t[("new", name)]
+            print(f"| {q} x {g} | {backend} | {name} | {o:.3f} | {n:.3f} | {n / o:.2f} |")
+    print("\n(outputs of old and new identical, bit for bit)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes and 3 repeats (sanity run)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per figure (median; default 15)")
     ap.add_argument("--tokens", type=int, default=512, help="T, tokens per completion in the log-prob tensor")
+    ap.add_argument("--compare", metavar="OLD_TREE", default=None,
+                    help="also time another checkout's xrpo/algo/advantages.py against this one (before/after)")
     args = ap.parse_args()
     repeats = args.repeats or (3 if args.quick else 15)
     T = 64 if args.quick else args.tokens
@@ -134,6 +177,8 @@ def main() -> None:
         n = q * g
         print(f"| {n:,} ({q} x {g}) | {r['step']:.2f} | {1e3 * r['step'] / n:.3f} | {r['step w/o (B,T)']:.2f} | "
               f"{1e3 * r['step w/o (B,T)'] / n:.3f} |")
+    if args.compare:
+        compare_advantages(args.compare, repeats, T)
     print(f"\nload average at end {os.getloadavg()[0]:.2f}")
 
 

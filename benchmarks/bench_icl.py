@@ -1,6 +1,6 @@
 """ICL seeding benchmark: embedder quality and speed, top-2 retrieval latency, ICL prompt construction time.
 
-    python benchmarks/bench_icl.py --ef-search 128 64   # everything (about 8 minutes on 2 CPU cores)
+    python benchmarks/bench_icl.py --ef-search 128 64   # everything (minutes; docs/benchmarks.md)
     python benchmarks/bench_icl.py --sections quality embed
     python benchmarks/bench_icl.py --sizes 1000 10000 --quick
 
@@ -473,7 +473,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="random vectors only in the retrieval section")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--torch-threads", type=int, default=None,
-                    help="torch.set_num_threads before loading minilm (on a shared 2-core machine 1 can be faster)")
+                    help="torch.set_num_threads before loading minilm (1 can be faster on few, shared cores)")
     args = ap.parse_args()
     if args.torch_threads:
         import torch

@@ -1,4 +1,5 @@
-"""Tests of xrpo.algo.advantages: GRPO advantage (Section 2.1) and XRPO Section 3.3, Eqs. (4)-(6)."""
+"""Tests of xrpo.algo.advantages: GRPO advantage (Section 2.1), XRPO Section 3.3, Eqs. (4)-(6), and the registry of
+advantage kinds."""
 
 from __future__ import annotations
 
@@ -9,19 +10,19 @@ import pytest
 import torch
 from numpy.testing import assert_allclose, assert_array_equal
 
-import xrpo.algo.advantages as advantages_module
-from xrpo.algo.advantages import group_advantages, length_normalized_loglik, novelty, sharpen_advantages
+from xrpo.algo.advantages import (
+    ADVANTAGES,
+    get_advantage,
+    group_advantages,
+    length_normalized_loglik,
+    novelty,
+    register_advantage,
+    sharpen_advantages,
+)
+from xrpo.algo.tree import TreeStructure, global_whiten, tree_advantages
 
-# "torch": tensors as users pass them (CPU tensors are served by the numpy code on zero-copy views);
-# "torch_native": the torch code itself, which accelerator tensors take, run here on CPU
-BACKENDS = ["numpy", "torch", "torch_native"]
-
-
-@pytest.fixture(autouse=True)
-def _torch_code_on_cpu(request, monkeypatch):
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is not None and callspec.params.get("backend") == "torch_native":
-        monkeypatch.setattr(advantages_module, "_CPU_TENSORS_VIA_NUMPY", False)
+# "torch": CPU tensors in (verl's integration passes them), numpy arrays out with the same numbers
+BACKENDS = ["numpy", "torch"]
 
 # ---------------------------------------------------------------------------------------------------------------
 # slow reference twins: one group / row / rollout at a time
@@ -88,7 +89,8 @@ def as_backend(x, backend, dtype=None):
 
 
 def to_np(x):
-    return x.numpy() if isinstance(x, torch.Tensor) else x
+    assert isinstance(x, np.ndarray), type(x)  # one backend: numpy out, whatever went in
+    return x
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -132,12 +134,14 @@ def test_group_advantages_types_and_dtypes():
     # numpy: int rewards -> float64; float32 stays float32
     assert group_advantages(np.array(r), g).dtype == np.float64
     assert group_advantages(np.array(r, np.float32), g).dtype == np.float32
-    # torch: dtype and device kept; int rewards -> default float dtype; group ids may be numpy
+    # CPU tensors: numpy out, dtype kept; group ids may be numpy
     t = group_advantages(torch.tensor(r, dtype=torch.float32), np.array(g))
-    assert isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.device.type == "cpu"
-    assert group_advantages(torch.tensor(r), torch.tensor(g)).dtype == torch.get_default_dtype()
-    bf = group_advantages(torch.tensor([1.0, 0.0, 1.0], dtype=torch.bfloat16), torch.tensor([0, 0, 0]))
-    assert bf.dtype == torch.bfloat16
+    assert isinstance(t, np.ndarray) and t.dtype == np.float32
+    # a tensor numpy cannot view is refused with its name, not deep inside numpy
+    with pytest.raises(ValueError, match="rewards must be a numeric array"):
+        group_advantages(torch.tensor([1.0, 0.0, 1.0], dtype=torch.bfloat16), [0, 0, 0])
+    with pytest.raises(ValueError, match="rewards must be a numeric array"):
+        group_advantages(torch.tensor([1.0, 0.0], requires_grad=True), [0, 0])
     # plain lists are accepted and give numpy
     assert isinstance(group_advantages(r, g), np.ndarray)
     # no rollouts at all
@@ -155,8 +159,6 @@ def test_group_advantages_types_and_dtypes():
     ],
 )
 def test_group_ids_of_any_integer_dtype_and_range(backend, ids):
-    if backend == "torch_native" and ids.dtype == np.uint64:
-        pytest.skip("torch has no usable uint64 unique")
     r = np.array([1.0, 0.0, 0.0, 0.0, 1.0])
     s = np.array([-1.0, -2.0, -0.5, -0.7, -3.0])
     got = group_advantages(as_backend(r, backend), as_backend(ids, backend))
@@ -218,7 +220,7 @@ def test_length_normalized_loglik_hand(backend):
         assert_allclose(to_np(out), want, rtol=1e-15)
 
 
-def test_length_normalized_loglik_types_and_torch_paths():
+def test_length_normalized_loglik_types():
     rng = np.random.default_rng(0)
     lp = -rng.random((6, 9)).astype(np.float32)
     mask = rng.random((6, 9)) < 0.7
@@ -227,31 +229,23 @@ def test_length_normalized_loglik_types_and_torch_paths():
     out = length_normalized_loglik(lp, mask)
     assert out.dtype == np.float32
     assert_allclose(out, want, rtol=1e-6)
-    # torch CPU fast path (zero-copy numpy view) and the plain torch path (taken for tensors that need grad)
-    t = torch.from_numpy(lp)
-    fast = length_normalized_loglik(t, torch.from_numpy(mask))
-    assert fast.dtype == torch.float32
-    assert_array_equal(fast.numpy(), out)
-    tg = t.clone().requires_grad_(True)
-    slow = length_normalized_loglik(tg, torch.from_numpy(mask))
-    assert slow.dtype == torch.float32
-    assert_allclose(slow.detach().numpy(), want, rtol=1e-6)
-    slow.sum().backward()  # d s_b / d lp_bt = mask_bt / |y_b|
-    assert_allclose(tg.grad.numpy(), mask / mask.sum(1, keepdims=True), rtol=1e-6)
-    # bfloat16 goes through the torch path and comes back as bfloat16
-    bf = length_normalized_loglik(t.to(torch.bfloat16), torch.from_numpy(mask))
-    assert bf.dtype == torch.bfloat16
-    assert_allclose(bf.float().numpy(), want, rtol=1e-2)
+    # CPU tensors (verl's path): the same numbers, numpy out
+    t = length_normalized_loglik(torch.from_numpy(lp), torch.from_numpy(mask))
+    assert isinstance(t, np.ndarray) and t.dtype == np.float32
+    assert_array_equal(t, out)
+    # tensors numpy cannot view are refused by name
+    for bad in (torch.from_numpy(lp).to(torch.bfloat16), torch.from_numpy(lp).requires_grad_(True)):
+        with pytest.raises(ValueError, match="token_logprobs and mask must be rectangular"):
+            length_normalized_loglik(bad, torch.from_numpy(mask))
 
 
-@pytest.mark.parametrize("backend", BACKENDS + ["torch_grad"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_length_normalized_loglik_bad_input(backend):
     def run(lp, mask):
         lp = np.asarray(lp, float)
         if backend == "numpy":
             return length_normalized_loglik(lp, np.asarray(mask))
-        t = torch.tensor(lp, requires_grad=backend == "torch_grad")
-        return length_normalized_loglik(t, torch.tensor(np.asarray(mask)))
+        return length_normalized_loglik(torch.tensor(lp), torch.tensor(np.asarray(mask)))
 
     with pytest.raises(ValueError, match=r"mask row 1 has no token.*EOS token counts"):
         run([[-1.0, -1.0], [-1.0, -1.0]], [[True, False], [False, False]])
@@ -271,7 +265,7 @@ def test_length_normalized_loglik_bad_input(backend):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("backend", BACKENDS + ["torch_grad"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_length_normalized_loglik_matches_reference(seed, backend):
     rng = np.random.default_rng(seed)
     B, T = int(rng.integers(1, 30)), int(rng.integers(1, 70))
@@ -283,8 +277,7 @@ def test_length_normalized_loglik_matches_reference(seed, backend):
     if backend == "numpy":
         got = length_normalized_loglik(lp, mask)
     else:
-        got = length_normalized_loglik(torch.tensor(lp, requires_grad=backend == "torch_grad"),
-                                       torch.tensor(mask)).detach().numpy()
+        got = to_np(length_normalized_loglik(torch.tensor(lp), torch.tensor(mask)))
     assert_allclose(got, want, rtol=1e-13)
 
 
@@ -408,17 +401,15 @@ def test_sharpen_overflowing_novelty_stays_finite(backend):
             assert m["adv/mean_bonus"] == 0.0
 
 
-def test_sharpen_keeps_torch_dtype_and_mixed_inputs():
+def test_sharpen_keeps_dtype_and_mixed_inputs():
     a = torch.tensor([0.5, 0.5, -1.0], dtype=torch.float32)
     out, m = sharpen_advantages(a, np.array([1.0, 1.0, 0.0]), [-0.2, -2.0, -1.0], np.array([4, 4, 4]))
-    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32
     assert all(isinstance(v, float) for v in m.values())
     out_np, m_np = sharpen_advantages(a.numpy(), np.array([1.0, 1.0, 0.0]), [-0.2, -2.0, -1.0], [4, 4, 4])
     assert out_np.dtype == np.float32
-    assert_array_equal(out.numpy(), out_np)
-    assert m.keys() == m_np.keys()
-    for k in m:
-        assert m[k] == pytest.approx(m_np[k], rel=1e-12)
+    assert_array_equal(out, out_np)
+    assert m == m_np
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -465,30 +456,94 @@ def test_sharpen_matches_reference(seed, backend, dtype, rtol):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_cpu_tensor_routes_agree(monkeypatch, dtype):
-    # CPU tensors take the numpy code on zero-copy views; the torch code (what CUDA tensors run) must agree with it
+def test_cpu_tensors_give_the_numbers_of_numpy_bit_for_bit(dtype):
+    # verl's integration passes CPU tensors (xrpo/integrations/verl/advantage.py): each function must give exactly
+    # the numbers it gives on the same values as numpy arrays
     rng = np.random.default_rng(7)
-    g = torch.from_numpy(random_groups(rng, 25))
+    g = random_groups(rng, 25)
     n = len(g)
-    r = torch.from_numpy((rng.random(n) < 0.5).astype(np.float64)).to(dtype)
-    lp = torch.from_numpy(np.log(rng.random((n, 17)))).to(dtype)
-    mask = torch.from_numpy(rng.random((n, 17)) < 0.8)
+    np_dtype = np.float64 if dtype == torch.float64 else np.float32
+    r = (rng.random(n) < 0.5).astype(np_dtype)
+    lp = np.log(rng.random((n, 17))).astype(np_dtype)
+    mask = rng.random((n, 17)) < 0.8
     mask[:, 0] = True
 
-    def run():
-        a = group_advantages(r, g)
-        s = length_normalized_loglik(lp, mask)
-        out, m = sharpen_advantages(a, r, s, g, lam_nov=3.0, kappa_clip=0.8)
-        return [a, s, novelty(s, g), out], m
+    def run(conv):
+        a = group_advantages(conv(r), conv(g))
+        s = length_normalized_loglik(conv(lp), conv(mask))
+        out, m = sharpen_advantages(conv(a), conv(r), conv(s), conv(g), lam_nov=3.0, kappa_clip=0.8)
+        return [a, s, novelty(conv(s), conv(g)), out], m
 
-    via_numpy, m1 = run()
-    monkeypatch.setattr(advantages_module, "_CPU_TENSORS_VIA_NUMPY", False)
-    native, m2 = run()
-    rtol = 1e-12 if dtype == torch.float64 else 1e-6
-    for x, y in zip(via_numpy, native):
-        assert isinstance(x, torch.Tensor) and x.dtype == dtype and y.dtype == dtype
-        assert_allclose(x.numpy(), y.numpy(), rtol=rtol, atol=rtol * 1e-3)
-    assert m1.keys() == m2.keys()
-    for k in m1:
-        assert m1[k] == pytest.approx(m2[k], rel=rtol)
-    assert m1["adv/sharpened_count"] > 0
+    arrays, m1 = run(lambda x: x)
+    tensors, m2 = run(torch.from_numpy)
+    for x, y in zip(arrays, tensors):
+        assert isinstance(y, np.ndarray) and y.dtype == np_dtype
+        assert_array_equal(x, y)
+    assert m1 == m2 and m1["adv/sharpened_count"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the registry of advantage kinds
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_registry_has_the_kinds_and_names_the_valid_ones():
+    assert set(ADVANTAGES) == {"group", "tree"}
+    assert get_advantage("group") is ADVANTAGES["group"]
+    with pytest.raises(ValueError, match="unknown advantage kind 'gae'; valid names: group, tree"):
+        get_advantage("gae")
+    with pytest.raises(ValueError, match="'group' is already registered"):
+        register_advantage("group")(lambda *a, **k: None)
+    with pytest.raises(ValueError, match="non-empty string"):
+        register_advantage("")
+    assert set(ADVANTAGES) == {"group", "tree"}  # the refused registrations left nothing behind
+
+
+@pytest.mark.parametrize("scale", ["std", "none"])
+def test_group_kind_is_group_advantages_plus_summary(scale):
+    # HAND_R / HAND_G above, default eps = 1e-6: std -> [.499999, -1.499997, 0, .7071057812, .499999, 0, .499999,
+    # -.7071057812]: sum 3 * .499999 - 1.499997 + .7071057812 - .7071057812 = 0; none -> deviations, sum 0
+    adv, m = get_advantage("group")(np.array(HAND_R), np.array(HAND_G), scale=scale)
+    assert adv.dtype == np.float64
+    assert_array_equal(adv, group_advantages(HAND_R, HAND_G, scale=scale))
+    # abs mean, std: (3 * .499999 + 1.499997 + 2 * .7071057812) / 8 = 4.4142055624 / 8 = 0.5517756953;
+    #           none: (3 * .25 + .75 + 2 * .5) / 8 = 2.5 / 8 = 0.3125
+    assert m["adv/abs_mean"] == pytest.approx(0.5517756953 if scale == "std" else 0.3125, rel=1e-9)
+    assert m["adv/mean"] == pytest.approx(0.0, abs=1e-15)
+    assert set(m) == {"adv/mean", "adv/abs_mean"}
+    # the tree structure is not needed, and ignored if given
+    tree = TreeStructure(np.arange(8)[:, None], np.ones(8))
+    assert_array_equal(get_advantage("group")(HAND_R, HAND_G, scale=scale, tree=tree)[0], adv)
+
+
+def test_tree_kind_hand():
+    # one tree, root 0; leaves 0, 1 under node 1, leaves 2, 3 under node 2; rewards [1, 0, 1, 1]
+    #   root mean .75 -> A_root = [.25, -.75, .25, .25]
+    #   node 1 mean .5 -> [.5, -.5]; node 2 mean 1 -> [0, 0]
+    #   mean over the two depths: [.375, -.625, .125, .125]
+    r = np.array([1.0, 0.0, 1.0, 1.0])
+    anc = np.array([[0, 1], [0, 1], [0, 2], [0, 2]])
+    lengths = np.array([1, 1, 1, 1])
+    adv, m = get_advantage("tree")(r, [5, 5, 5, 5], scale="none", tree=TreeStructure(anc, lengths))
+    assert_allclose(adv, [0.375, -0.625, 0.125, 0.125], rtol=1e-15)
+    assert m["adv/tree_subgroups_mean"] == 2.0 and m["adv/tree_zero_frac"] == 0.0
+    assert m["adv/mean"] == 0.0 and m["adv/abs_mean"] == pytest.approx(1.25 / 4)
+    # scale="std": TreePO's batch-wide whitening by token counts; equal lengths: mean 0, unbiased variance
+    #   (.140625 + .390625 + .015625 + .015625) / 3 = .1875 -> A / sqrt(.1875 + 1e-8)
+    adv, m = get_advantage("tree")(r, [5, 5, 5, 5], scale="std", tree=TreeStructure(anc, lengths))
+    assert_allclose(adv, np.array([0.375, -0.625, 0.125, 0.125]) / math.sqrt(0.1875 + 1e-8), rtol=1e-14)
+    want = global_whiten(tree_advantages(r, anc)[0], lengths)
+    assert_array_equal(adv, want)
+    assert m["adv/abs_mean"] == pytest.approx(np.abs(want).mean(), rel=1e-15)
+
+
+def test_tree_kind_bad_input():
+    tree = TreeStructure(np.zeros((2, 1), dtype=int), np.ones(2))
+    with pytest.raises(ValueError, match=r"advantage kind 'tree' needs tree=TreeStructure"):
+        get_advantage("tree")([1.0, 0.0], [0, 0])
+    with pytest.raises(ValueError, match=r"scale must be one of \['std', 'none'\]"):
+        get_advantage("tree")([1.0, 0.0], [0, 0], scale="mad", tree=tree)
+    with pytest.raises(ValueError, match="group_ids has 3 entries, expected 2"):
+        get_advantage("tree")([1.0, 0.0], [0, 0, 0], tree=tree)
+    with pytest.raises(ValueError, match=r"scale must be one of"):
+        get_advantage("group")([1.0, 0.0], [0, 0], scale="mad")

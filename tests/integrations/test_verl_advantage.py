@@ -64,6 +64,7 @@ def expected(batch: DataProto, scale="std", sharpen=True, lam_nov=2.5, kappa=0.5
     if sharpen:
         s = length_normalized_loglik(batch.batch["old_log_probs"][rows], mask[rows] != 0)
         adv, _ = sharpen_advantages(adv, r, s, gid, lam_nov=lam_nov, kappa_clip=kappa)
+    adv = torch.from_numpy(adv)  # xrpo.algo is numpy: CPU tensors in, numpy arrays out
     out = torch.zeros(len(batch), dtype=adv.dtype)
     out[rows] = adv
     return out

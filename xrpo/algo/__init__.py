@@ -4,7 +4,7 @@ Submodules (import them directly; this package imports nothing so that each stay
     allocation   Eq. (1)-(3): t-CI half-width, uncertainty reduction, exploration bonus, priority, budget split,
                  the per-step phase schedule (hierarchical rollout planning, §3.2)
     advantages   GRPO / Dr. GRPO group advantages, Eq. (4) length-normalised log-likelihood, Eq. (5) novelty,
-                 Eq. (6) novelty-guided advantage sharpening (§3.3)
+                 Eq. (6) novelty-guided advantage sharpening (§3.3); registry of advantage kinds ("group", "tree")
     losses       policy-loss registry ("vanilla" clipped surrogate, "gspo", "gspo_token"), loss aggregation
                  (token-mean, seq-mean-token-mean, seq-mean-token-sum-norm), k1/k3 KL penalty
     sampling     DAPO dynamic-sampling group filter

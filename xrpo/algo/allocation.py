@@ -141,7 +141,7 @@ def _t_quantile(p: float, df: np.ndarray) -> np.ndarray:
     """Student-t quantile t_{p, df}: scipy.stats.t.ppf(p, df).
 
     Calls scipy.special.stdtrit, the routine t.ppf evaluates, directly: same values bit for bit (tested), without
-    t.ppf's ~0.4 ms of argument handling per call, which was most of a planning round's cost.
+    t.ppf's per-call argument handling, which was most of a planning round's cost.
     """
     return special.stdtrit(df, p)
 

@@ -16,6 +16,7 @@ different shapes and leaves at different depths mix freely in one batch; nothing
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from xrpo.algo.allocation import split_budget
 __all__ = [
     "DIVERGENCE_POLICIES",
     "TREE_WEIGHTINGS",
+    "TreeStructure",
     "branch_budget",
     "divergence_weights",
     "divide_width",
@@ -33,6 +35,18 @@ __all__ = [
 
 DIVERGENCE_POLICIES = ("uniform", "low_logprob", "high_logprob")
 TREE_WEIGHTINGS = ("mean", "size")
+
+
+@dataclass(frozen=True, eq=False)
+class TreeStructure:
+    """The trees a batch of rollouts was sampled as: what TreePO's advantage needs beyond rewards and group ids
+    (the ``tree`` input of the advantage kinds of `xrpo.algo.advantages`). Arrays are checked where they are used
+    (`tree_advantages`, `global_whiten`)."""
+
+    ancestor_ids: np.ndarray
+    """(N, D) int: each rollout's ancestor node ids, root first, -1 padded (the input of `tree_advantages`)."""
+    lengths: np.ndarray
+    """(N,) completion tokens of each rollout: the token weights of `global_whiten`."""
 
 
 def _int(x, name: str, minimum: int = 0) -> int:

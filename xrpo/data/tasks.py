@@ -14,7 +14,7 @@ prompts ended up always or never solved (only 12-28% of GRPO groups had mixed re
 has several difficulty levels, from a small space of easy questions to larger spaces of the same skill, so that
 every family contributes prompts of intermediate success rate.
 
-Measured (2-core CPU, a throwaway script, not a test): a 1.09M-parameter Qwen2 (d=128, 4 layers) warm-started for
+Measured (a throwaway script, not a test): a 1.09M-parameter Qwen2 (d=128, 4 layers) warm-started for
 370 steps of 64 examples on 4,000 train problems, then 8 samples at temperature 1 on each of 300 held-out problems.
 Sampled pass@1 per level, easiest first::
 

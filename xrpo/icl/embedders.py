@@ -14,8 +14,8 @@ The paper retrieves neighbours with Qwen3-Embedding-8B. Here every embedder sits
 
 Why wordllama is the default (measurements and command in docs/icl.md): on a labelled check of math word problems
 (same topic, different wording) 0.657 of its top-2 neighbours share the query's topic against MiniLM's 0.684 and the
-hash embedder's 0.393, while it embeds ~100x faster than MiniLM on CPU (0.13 ms against 16.6 ms per text), loads in
-0.4 s, and ships with the core install.
+hash embedder's 0.393, while it embeds about 100x faster than MiniLM on CPU, loads in well under a second, and ships
+with the core install.
 """
 
 from __future__ import annotations

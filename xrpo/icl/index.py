@@ -6,10 +6,9 @@ Every index takes integer ids chosen by the caller (the corpus uses its row numb
 slots are padded with score ``-inf`` and id ``-1``.
 
 `make_index(dim, kind="auto")` starts exact and moves to HNSW once the index holds ``threshold`` vectors (default
-10,000). Measured with benchmarks/bench_icl.py on the 2-core CPU at dim 256 (docs/icl.md): one exact query costs
-~0.1 ms at 1k vectors, 0.3-0.4 ms at 10k and 5-8 ms at 100k (it streams the whole matrix, linear in size), while HNSW
-stays at 0.1-0.3 ms on text embeddings. Below the threshold exact search is exact, under half a millisecond, and
-skips the graph build.
+10,000): an exact query streams the whole matrix (its cost grows linearly with the corpus), while an HNSW query
+stays nearly flat on text embeddings; below the threshold exact search is exact, fast enough, and skips the graph
+build. Figures and the command: `benchmarks/bench_icl.py`, docs/benchmarks.md and docs/icl.md.
 
 HNSW defaults (M=32, ef_construction=200, ef_search=128): recall@2 1.0 on text embeddings up to 100k (ties counted),
 and >= 0.95 on 3,000 random 256-d vectors (tests/icl/test_index.py); random vectors have no neighbourhood structure

@@ -4,7 +4,7 @@ Tests and the offline default run (`xrpo train` with no arguments) use these ins
 they take exactly the code path of a real model: a `PreTrainedTokenizerFast` with a chat template, special tokens and
 left padding, and a `Qwen2ForCausalLM`, both saved and reloaded with `save_pretrained` / `from_pretrained`.
 
-Design (measured on the default task, see the project notes): byte-level BPE with every digit its own token (the model
+Design (measured on the default task): byte-level BPE with every digit its own token (the model
 must learn digit-by-digit arithmetic, and multi-digit merges would make numbers opaque symbols), about 400 tokens;
 d_model 128, 4 layers, 4 heads, FFN 512, tied embeddings: about 1.1M parameters. A 4x larger variant was 3x slower and
 scored lower after the same CPU time.

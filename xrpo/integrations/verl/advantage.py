@@ -94,7 +94,8 @@ def compute_xrpo_outcome_advantage(
         if rows.size:
             gid = group_index(np.asarray(index)[rows])
             r = rewards[rows]
-            adv = group_advantages(r, gid, scale="std" if norm_adv_by_std_in_grpo else "none", eps=eps)
+            adv = torch.from_numpy(group_advantages(r, gid, scale="std" if norm_adv_by_std_in_grpo else "none",
+                                                    eps=eps))
             m["adv/mean"] = float(adv.mean())
             m["adv/abs_mean"] = float(adv.abs().mean())
             if xcfg.sharpen:
@@ -116,7 +117,7 @@ def compute_xrpo_outcome_advantage(
                     full_reward=xcfg.full_reward,
                 )
                 m.update(sm)
-            scalar[rows] = adv.to(scalar.dtype)
+            scalar[rows] = torch.as_tensor(adv).to(scalar.dtype)
         advantages = scalar.to(response_mask.device).unsqueeze(-1) * response_mask
     if metrics is not None:
         metrics.update(m)

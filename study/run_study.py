@@ -6,15 +6,15 @@ samples per problem), then writes docs/results.md (tables in the layout of the p
 number to docs/results/. Resumable: a run with a summary.json is done and skipped, a run with a checkpoint continues
 from it (`xrpo train --resume`), so the same command finishes an interrupted study.
 
-    python benchmarks/study.py                          # the default study (about 70 minutes on an idle 2-core CPU)
-    python benchmarks/study.py --plan                   # what would run, and what is already done
-    python benchmarks/study.py --report-only            # rebuild docs/results.md from the finished runs
-    python benchmarks/study.py --methods grpo xrpo --seeds 0 --steps 3 --out /tmp/s --doc /tmp/s/results.md
+    python study/run_study.py                           # the default study (docs/results.md gives its wall time)
+    python study/run_study.py --plan                    # what would run, and what is already done
+    python study/run_study.py --report-only             # rebuild docs/results.md from the finished runs
+    python study/run_study.py --methods grpo xrpo --seeds 0 --steps 3 --out /tmp/s --doc /tmp/s/results.md
 
 Every method gets the same overrides (budget, steps, seeds, evaluation, model, lr): only `method.name` differs, so
 each method runs with its preset's knobs (xrpo/algo/presets.py, docs/methods.md). --config (a YAML of the trainer's
 config) and --config-overrides apply to every method alike; docs/results.md lists them. The statistics are described
-in benchmarks/_study_report.py and docs/results.md.
+in study/study_report.py and docs/results.md.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _study_report as report  # noqa: E402
+import study_report as report  # noqa: E402
 
 import xrpo  # noqa: E402
 from xrpo.algo.presets import list_presets  # noqa: E402
@@ -305,7 +305,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--report-only", action="store_true", help="train nothing; rebuild the document from OUT")
     ap.add_argument("--plan", action="store_true", help="print each run's state (done / resume / new) and exit")
     args = ap.parse_args(argv)
-    args.command_line = shlex.join(["python", "benchmarks/study.py", *(sys.argv[1:] if argv is None else argv)])
+    args.command_line = shlex.join(["python", "study/run_study.py", *(sys.argv[1:] if argv is None else argv)])
     for name in ("steps", "eval_samples", "workers", "threads"):
         if getattr(args, name) < 1:
             raise StudyError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

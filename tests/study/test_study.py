@@ -1,4 +1,4 @@
-"""The study harness (benchmarks/study.py, benchmarks/_study_report.py): statistics by hand, steps-to-target, the
+"""The study harness (study/run_study.py, study/study_report.py): statistics by hand, steps-to-target, the
 method check, the results document on synthetic runs, and resumability on a tiny real study."""
 from __future__ import annotations
 

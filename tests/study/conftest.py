@@ -1,4 +1,4 @@
-"""Fixtures for the study harness tests: benchmarks/ on the import path, and a tiny model + problem files + a user
+"""Fixtures for the study harness tests: study/ on the import path, and a tiny model + problem files + a user
 verifier with mixed rewards, written to disk so that `xrpo train` subprocesses can load them."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+STUDY = Path(__file__).resolve().parents[2] / "study"
 
 # reward 1 for an even number of characters: a random model gets mixed rewards, so every method has a signal
 PARITY = textwrap.dedent('''
@@ -22,12 +22,12 @@ PARITY = textwrap.dedent('''
 
 @pytest.fixture(scope="session")
 def study_modules():
-    sys.path.insert(0, str(BENCH))
-    import _study_report
-    import study
+    sys.path.insert(0, str(STUDY))
+    import run_study
+    import study_report
 
-    yield study, _study_report
-    sys.path.remove(str(BENCH))
+    yield run_study, study_report
+    sys.path.remove(str(STUDY))
 
 
 @pytest.fixture(scope="session")
