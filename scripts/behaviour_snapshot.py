@@ -33,8 +33,8 @@ def untimed(x):
     """`x` without the keys that hold timings or paths (they differ from run to run)."""
     if isinstance(x, dict):
         return {k: untimed(v) for k, v in x.items()
-                if not (k.startswith("time/") or "wall_time" in k or k in ("output", "final_checkpoint")
-                        or k == "discarded_time_s")}
+                if not (k.startswith("time/") or k.endswith("_time_s") or "wall_time" in k
+                        or k in ("output", "final_checkpoint"))}
     if isinstance(x, list):
         return [untimed(v) for v in x]
     return x
