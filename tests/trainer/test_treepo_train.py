@@ -72,7 +72,7 @@ def test_treepo_sampling_trains_with_grpo_advantages(trainer_env, tmp_path, monk
         assert r["tree/underfilled"] == 0 and "adv/tree_subgroups_mean" not in r
     differs = []
     for pcfg, records, rewards, group_ids, adv in seen:
-        assert pcfg.advantage == "group" and not pcfg.sharpen
+        assert not pcfg.tree_advantage and not pcfg.sharpen
         # tree rollouts (every leaf has its path), 4 per prompt: GRPO's 16 over 4 prompts
         assert all(len(x.tree_path) >= 1 for x in records)
         np.testing.assert_array_equal(np.bincount(group_ids), [4, 4, 4, 4])
@@ -103,11 +103,11 @@ def test_treepo_with_dynamic_sampling_merges_tree_metrics(trainer_env, tmp_path)
     ("method.icl=true", "method.icl must be false with method.sampler=tree"),
     ("method.allocation=hrp", "method.allocation must be uniform with method.sampler=tree"),
     ("method.sharpen=true", "method.sharpen must be false with method.tree_advantage=true"),
-    ("method.tree_divergence=random", "method.tree_divergence must be uniform, low_logprob or high_logprob"),
+    ("method.tree_divergence=random", "method.tree_divergence must be one of uniform, low_logprob or high_logprob"),
     ("method.tree_branch=0", "method.tree_branch must be >= 1"),
     ("method.tree_segment_len=-2", "method.tree_segment_len must be >= 0"),
     ("method.tree_divergence_temp=0", "method.tree_divergence_temp must be > 0"),
-    ("method.sampler=beam", "method.sampler must be independent or tree"),
+    ("method.sampler=beam", "method.sampler must be one of independent or tree"),
 ])
 def test_treepo_config_errors_name_the_field(override, match):
     with pytest.raises(ValueError, match=match):

@@ -59,6 +59,9 @@ import numpy as np
 import torch
 import yaml
 
+from xrpo.algo.config import (
+    AdvantageConfig, AllocationConfig, ICLConfig, ICLPromptConfig, SharpenConfig, TreePOConfig, section_values,
+)
 from xrpo.algo.losses import aggregate_loss, get_policy_loss, kl_penalty
 from xrpo.algo.sampling import dynamic_sampling_keep_groups
 from xrpo.rewards import get_verifier, raise_reference_errors
@@ -122,25 +125,15 @@ class EpochSampler:
         return {"epoch": self.epoch, "pos": self.pos}
 
 def plan_config(cfg: TrainConfig) -> PlanConfig:
-    m, r = cfg.method, cfg.rollout
+    """The planner's config: the method and rollout sections it embeds, and the step's budget."""
     return PlanConfig(
-        rollouts_per_step=r.rollouts_per_step, n_base=m.n_base, plan_rounds=m.plan_rounds,
-        # CurES chooses each prompt's count itself; the planner generates the caller's counts ("fixed")
-        allocation="fixed" if m.allocation == "cures" else m.allocation,
-        alpha=m.alpha, lam=m.lam, alloc_mode=m.alloc_mode, icl=m.icl, icl_k=m.icl_k,
-        icl_min_similarity=r.icl_min_similarity, icl_train_prompt=r.icl_train_prompt, sharpen=m.sharpen,
-        icl_novelty=m.icl_novelty,
-        lam_nov=m.lam_nov, kappa_clip=m.kappa_clip, adv_scale=m.adv_scale,
-        advantage="tree" if m.tree_advantage else "group",
+        rollouts_per_step=cfg.rollout.rollouts_per_step,
+        **section_values(cfg.method, AdvantageConfig, AllocationConfig, ICLConfig, SharpenConfig),
+        **section_values(cfg.rollout, ICLPromptConfig),
     )
 
 def tree_config(cfg: TrainConfig) -> TreeConfig:
-    m = cfg.method
-    return TreeConfig(
-        rollouts_per_step=cfg.rollout.rollouts_per_step, segment_len=m.tree_segment_len, max_depth=m.tree_max_depth,
-        branch=m.tree_branch, init_branch=m.tree_init_branch, divergence=m.tree_divergence,
-        divergence_temp=m.tree_divergence_temp, fallback=m.tree_fallback,
-    )
+    return TreeConfig(rollouts_per_step=cfg.rollout.rollouts_per_step, **section_values(cfg.method, TreePOConfig))
 
 def merge_plans(parts: list[tuple[list, PlanResult, np.ndarray]], full_reward: float = 1.0) -> tuple[list, PlanResult]:
     """Concatenate the kept groups of several generation batches (DAPO), renumbering problems and group ids."""
