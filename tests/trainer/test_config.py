@@ -40,7 +40,8 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
     from xrpo.rollout.planner import PlanConfig
     from xrpo.rollout.treepo import TreeConfig
     from xrpo.trainer.config import RolloutConfig
-    from xrpo.trainer.loop import plan_config, tree_config
+    from xrpo.rollout.sources import SourceContext, TreeSource
+    from xrpo.trainer.loop import plan_config
 
     for section in knobs.METHOD_SECTIONS:
         assert issubclass(MethodConfig, section)
@@ -50,13 +51,17 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
         assert issubclass(PlanConfig, section)
     # and every field the planner shares with the trainer reaches it: the cures preset with every knob changed
     cfg = build_config(None, ["method.name=cures", "method.lam_nov=3", "method.kappa_clip=0.25", "method.n_base=3",
-                              "method.max_extra_per_prompt=5", "method.full_reward=0.9", "rollout.icl_min_similarity=0.2",
+                              "method.max_extra_per_prompt=5", "method.full_reward=0.9",
+                              "rollout.icl_min_similarity=0.2",
                               "rollout.icl_train_prompt=icl", "method.adv_scale=none", "method.tree_max_depth=3"])
     p = plan_config(cfg)
     assert (p.allocation, p.lam_nov, p.kappa_clip, p.n_base, p.max_extra_per_prompt, p.full_reward) == (
         "cures", 3.0, 0.25, 3, 5, 0.9)
     assert (p.icl_min_similarity, p.icl_train_prompt, p.adv_scale, p.icl) == (0.2, "icl", "none", False)
-    assert tree_config(cfg).tree_max_depth == 3 and tree_config(cfg).rollouts_per_step == cfg.rollout.rollouts_per_step
+    ctx = SourceContext(problems=[], engine=None, verifier=None, renderer=None, plan=p, prompts_per_step=1,
+                        temperature=1.0, top_p=1.0, max_new_tokens=4, stop=(), seed=0)
+    tree = TreeSource(ctx, cfg.method).tree
+    assert tree.tree_max_depth == 3 and tree.rollouts_per_step == cfg.rollout.rollouts_per_step
 
 
 def test_help_lists_inherited_knobs_with_their_docstrings():

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from xrpo.algo.advantages import group_advantages
 from xrpo.algo.tree import global_whiten, tree_advantages
 from xrpo.rollout.planner import tree_ancestor_ids
-from xrpo.trainer import loop
+from xrpo.rollout import sources
 from xrpo.trainer.config import build_config
 from xrpo.trainer.loop import train
 
@@ -51,14 +51,14 @@ def test_treepo_trains_two_steps(trainer_env, tmp_path):
 def test_treepo_sampling_trains_with_grpo_advantages(trainer_env, tmp_path, monkeypatch):
     # TPO-S: TreePO's sampler, GRPO's group advantage; each step's advantages are captured where the loop computes them
     seen = []
-    real = loop.compute_advantages
+    real = sources.compute_advantages
 
     def spy(plan, pcfg, **kwargs):
         out = real(plan, pcfg, **kwargs)
         seen.append((pcfg, list(plan.records), plan.rewards.copy(), plan.group_ids.copy(), plan.advantages.copy()))
         return out
 
-    monkeypatch.setattr(loop, "compute_advantages", spy)
+    monkeypatch.setattr(sources, "compute_advantages", spy)
     out = tmp_path / "tpo-s"
     cfg = build_config(None, trainer_env["overrides"](out, "treepo-sampling", steps=2) + ["method.tree_max_depth=3"])
     assert cfg.method.sampler == "tree" and not cfg.method.tree_advantage and cfg.method.adv_scale == "std"
