@@ -78,7 +78,7 @@ def long_workload():
     model = build_tiny_model(tok, seed=0).eval()
     problems = [Problem(id=f"p{i}", prompt=f"What is {i} * {i + 7} - {3 * i}?", answer="0") for i in range(16)]
     return "long paths: random tiny model (rarely says EOS), 64 tokens, 8 segments of 8", model, tok, problems, \
-        PromptRenderer(tok, prompt_template="Q: {prompt}\nA:"), 64, TreeConfig(rollouts_per_step=128, max_depth=8)
+        PromptRenderer(tok, prompt_template="Q: {prompt}\nA:"), 64, TreeConfig(rollouts_per_step=128, tree_max_depth=8)
 
 
 def run(workload, repeats: int) -> None:

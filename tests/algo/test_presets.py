@@ -7,16 +7,22 @@ import pytest
 import torch
 
 from xrpo.algo.losses import AGG_MODES, KL_ESTIMATORS, get_policy_loss, kl_penalty
-from xrpo.algo.presets import KNOB_NAMES, PRESETS, Knob, get_preset, list_presets, preset_sources
+from xrpo.algo.presets import (
+    DEFAULT_SOURCES, DEFAULTS, KNOB_NAMES, PRESETS, Knob, get_preset, list_presets, preset_changes, preset_sources,
+)
 
-# docs/design.md, `presets` paragraph: the trainer's MethodConfig fields, one name each
+# docs/design.md, `presets` paragraph: the fields of xrpo.algo.config's method sections, section by section
 DESIGN_KNOBS = (
-    "adv_scale policy_loss clip_low clip_high loss_agg kl_coef kl_estimator allocation n_base plan_rounds alpha lam "
-    "alloc_mode icl icl_k sharpen lam_nov kappa_clip icl_novelty dynamic_sampling max_gen_batches "
-    "sampler tree_segment_len tree_max_depth tree_branch tree_init_branch tree_divergence tree_divergence_temp "
-    "tree_fallback tree_advantage"
-    # CurES (allocation="cures")
-    " cures_prior_alpha cures_prior_beta cures_temp_scale cures_warmup_rollouts cures_min_count cures_success_threshold"
+    "policy_loss clip_low clip_high loss_agg kl_coef kl_estimator"  # LossConfig
+    " adv_scale tree_advantage"  # AdvantageConfig
+    " allocation n_base plan_rounds alpha lam alloc_mode max_extra_per_prompt"  # AllocationConfig
+    " icl icl_k"  # ICLConfig
+    " sharpen icl_novelty lam_nov kappa_clip full_reward"  # SharpenConfig
+    " sampler dynamic_sampling max_gen_batches"  # BatchConfig
+    " tree_segment_len tree_max_depth tree_branch tree_init_branch tree_divergence tree_divergence_temp"
+    " tree_fallback"  # TreePOConfig
+    " cures_prior_alpha cures_prior_beta cures_temp_scale cures_warmup_rollouts cures_min_count"
+    " cures_success_threshold"  # CuresConfig
 ).split()
 
 EXPECTED_PRESETS = {
@@ -42,6 +48,8 @@ VALID = {
     "alpha": lambda v: _is_real(v) and 0 < v < 0.5,
     "lam": lambda v: _is_real(v) and v >= 0,
     "alloc_mode": lambda v: v in ("proportional", "greedy"),
+    "max_extra_per_prompt": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "full_reward": lambda v: _is_real(v),
     "icl": lambda v: isinstance(v, bool),
     "icl_k": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
     "sharpen": lambda v: isinstance(v, bool),
@@ -77,16 +85,34 @@ def test_preset_names():
     assert list_presets() == list(PRESETS)
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PRESETS))
-def test_every_preset_sets_every_knob_with_a_valid_value_and_a_source(name):
+def test_every_preset_lists_only_its_changes_with_a_valid_value_and_a_source(name):
     preset = PRESETS[name]
-    assert list(preset) == DESIGN_KNOBS
+    assert list(preset) == [k for k in DESIGN_KNOBS if k in preset]  # in knob order
     for knob, k in preset.items():
         assert isinstance(k, Knob)
         value, source = k  # a Knob is a (value, source) tuple
         assert VALID[knob](value), f"{name}.{knob} = {value!r}"
+        assert value != DEFAULTS[knob], f"{name}.{knob} restates the default"
         assert isinstance(source, str) and len(source) > 20, f"{name}.{knob} has no source"
-    assert get_preset(name) == {knob: k.value for knob, k in preset.items()}
-    assert preset_sources(name) == {knob: k.source for knob, k in preset.items()}
+        assert "inactive" not in source
+    assert preset_changes(name) == {knob: k.value for knob, k in preset.items()}
+    # every knob resolves: the defaults, then the preset's changes; each with its source
+    assert get_preset(name) == {knob: preset[knob].value if knob in preset else DEFAULTS[knob] for knob in DESIGN_KNOBS}
+    assert preset_sources(name) == {
+        knob: preset[knob].source if knob in preset else DEFAULT_SOURCES[knob] for knob in DESIGN_KNOBS
+    }
+
+
+def test_defaults_are_valid_sourced_and_the_sections_own():
+    from dataclasses import fields
+
+    from xrpo.algo.config import METHOD_SECTIONS
+
+    assert DEFAULTS == {f.name: f.default for s in METHOD_SECTIONS for f in fields(s)}
+    assert list(DEFAULT_SOURCES) == DESIGN_KNOBS
+    for knob, value in DEFAULTS.items():
+        assert VALID[knob](value), knob
+        assert len(DEFAULT_SOURCES[knob]) > 20, knob
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PRESETS))
 def test_preset_runs_through_the_real_loss(name):
@@ -183,7 +209,8 @@ def test_sources_quote_their_papers():
     assert "2503.20783" in preset_sources("dr_grpo")["adv_scale"]
     assert "xrpo default" in preset_sources("grpo")["kl_estimator"]
     assert "w/o HRP" in preset_sources("xrpo-no-hrp")["allocation"]
-    assert "inactive" in preset_sources("grpo")["alpha"]
+    # a knob a preset leaves alone keeps the default's source (XRPO's setting)
+    assert preset_sources("grpo")["alpha"] == DEFAULT_SOURCES["alpha"] and "0.95" in DEFAULT_SOURCES["alpha"]
 
 def test_get_preset_returns_a_copy():
     p = get_preset("xrpo")
@@ -212,10 +239,10 @@ def test_treepo_presets():
     assert _diff("treepo-sampling", "grpo") == {"sampler"}
     assert _diff("treepo", "treepo-sampling") == {"tree_advantage"}
     assert tp["tree_advantage"] is True and tps["tree_advantage"] is False
-    # every other preset samples independently, and names TreePO's values as inactive
+    # every other preset samples independently; TreePO's values are the defaults, sourced from TreePO
     for name in EXPECTED_PRESETS - {"treepo", "treepo-sampling"}:
         assert get_preset(name)["sampler"] == "independent" and not get_preset(name)["tree_advantage"], name
-        assert "inactive" in preset_sources(name)["tree_max_depth"]
+        assert "TreePO's value (used with sampler='tree')" in preset_sources(name)["tree_max_depth"]
     src = preset_sources("treepo")
     assert "14 × 512 is the sweet spot" in src["tree_max_depth"]
     assert "TreePO sampling strategy" in preset_sources("treepo-sampling")["sampler"]
@@ -239,7 +266,5 @@ def test_cures_preset():
     assert "num_rollout_min=4" in src["cures_warmup_rollouts"]
     assert "requires precomputing prompt difficulty" in src["cures_warmup_rollouts"]
     assert "xrpo default" in src["cures_min_count"]
-    for k in ("n_base", "plan_rounds", "alpha", "lam", "alloc_mode"):
-        assert "inactive here" in src[k] and "cures" in src[k], k
-    # the other presets carry CurES's values as inactive knobs
-    assert "inactive here (allocation is not 'cures')" in preset_sources("xrpo")["cures_temp_scale"]
+    # CurES's values are the defaults, used by allocation=cures only
+    assert "CurES's value (used with allocation='cures')" in preset_sources("xrpo")["cures_temp_scale"]

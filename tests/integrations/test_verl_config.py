@@ -59,6 +59,11 @@ def test_overrides_reach_the_block_and_bad_values_name_the_key():
         ("algorithm.xrpo.batch_align=cut", "batch_align must be one of"),
         ("algorithm.xrpo.icl_train_prompt=both", "icl_train_prompt must be one of"),
         ("algorithm.xrpo.lam_nov=-1", "lam_nov must be >= 0"),
+        # the sections' checks that verl's block did not have before it embedded them
+        ("algorithm.xrpo.icl_k=0", "algorithm.xrpo.icl_k must be >= 1"),
+        ("algorithm.xrpo.allocation=cures", "allocation must be one of hrp or uniform"),
+        ("algorithm.xrpo.icl_novelty=sample", "algorithm.xrpo.icl_novelty must be train"),
+        ("algorithm.xrpo.max_extra_per_prompt=-2", "max_extra_per_prompt must be >= 0 or null"),
     ]:
         with pytest.raises(ValueError, match="algorithm.xrpo") as e:
             validate_xrpo_config(compose(*CPU_VALID, override))
@@ -164,7 +169,7 @@ def test_cli_check_validates_without_starting_anything():
     assert "n_base: 3" in out.stdout and "xrpo verl: config OK" in out.stdout
     bad = subprocess.run(cmd[:-1] + ["algorithm.xrpo.n_base=1"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
-    assert "xrpo verl: error: algorithm.xrpo is invalid: n_base must be >= 2" in bad.stderr
+    assert "xrpo verl: error: algorithm.xrpo is invalid: config field algorithm.xrpo.n_base must be >= 2" in bad.stderr
 
 
 def test_docs_list_every_knob_of_the_block():

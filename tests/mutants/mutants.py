@@ -1,5 +1,5 @@
-"""The fixed list of mutants: realistic defects of xrpo/algo, the planner and the trainer, each with the tests that
-must kill it by a failing assertion (`run_mutants.py`).
+"""The fixed list of mutants: realistic defects of xrpo/algo, the planner, the batch sources and the trainer, each
+with the tests that must kill it by a failing assertion (`run_mutants.py`).
 
 A mutant replaces ``original`` (which must occur exactly once in ``path``, byte for byte) by ``mutated``. When the code
 changes so that a mutant's text no longer occurs, `tests/mutants/test_mutants.py` fails and names it: update the
@@ -27,6 +27,7 @@ ALLOC = "tests/algo/test_allocation.py"
 PLANNER = "tests/rollout/test_planner.py"
 UPDATE = "tests/trainer/test_update.py"
 MECH = "tests/trainer/test_xrpo_mechanisms.py"
+SOURCES = "tests/rollout/test_sources.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------------------------------------ xrpo/algo/advantages
@@ -171,17 +172,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "adv = torch.tensor(plan.advantages, dtype=torch.float32)",
            "adv = -torch.tensor(plan.advantages, dtype=torch.float32)",
            (MECH,), "the loss receives -A (the audit's first defect)"),
-    Mutant("icl-old-logprobs-from-generation-prompt", "xrpo/trainer/loop.py",
+    Mutant("icl-old-logprobs-from-generation-prompt", "xrpo/trainer/update.py",
            "if not reuse_lp or x.train_prompt_ids != x.gen_prompt_ids]",
            "if not reuse_lp]",
            (f"{UPDATE}::test_first_minibatch_ratio_is_one_for_every_rollout_icl_seeded_included",),
            "ICL-seeded rollouts keep the ICL prompt's log-probs as old log-probs (the audit's second defect)"),
-    Mutant("kl-sign", "xrpo/trainer/loop.py",
+    Mutant("kl-sign", "xrpo/trainer/update.py",
            "loss = loss + m.kl_coef * kl_loss",
            "loss = loss - m.kl_coef * kl_loss",
            (f"{UPDATE}::test_kl_term_enters_the_loss_and_holds_the_policy_near_the_reference",),
            "the KL term pushes away from the reference"),
-    Mutant("reference-is-the-policy", "xrpo/trainer/loop.py",
+    Mutant("reference-is-the-policy", "xrpo/trainer/update.py",
            "ref_lp = (all_completion_logprobs(ref_model, prompts, comps,",
            "ref_lp = (all_completion_logprobs(model, prompts, comps,",
            (f"{UPDATE}::test_kl_term_enters_the_loss_and_holds_the_policy_near_the_reference",),
@@ -191,19 +192,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if True:\n",
            (f"{UPDATE}::test_without_kl_no_reference_model_is_loaded",),
            "a reference model is built (and its KL logged) with kl_coef = 0"),
-    Mutant("clip-arguments-swapped", "xrpo/trainer/loop.py",
+    Mutant("clip-arguments-swapped", "xrpo/trainer/update.py",
            "clip_low=m.clip_low, clip_high=m.clip_high, agg_mode=m.loss_agg,",
            "clip_low=m.clip_high, clip_high=m.clip_low, agg_mode=m.loss_agg,",
            (f"{UPDATE}::test_clipping_binds_exactly_where_the_ratio_leaves_its_bounds",),
            "the trainer hands the loss swapped clip bounds"),
-    Mutant("old-logprobs-at-temperature-1", "xrpo/trainer/loop.py",
-           "                                                o.micro_batch_tokens, r.temperature)\n"
-           "                for i, v in zip(redo, fresh):",
-           "                                                o.micro_batch_tokens)\n"
-           "                for i, v in zip(redo, fresh):",
+    Mutant("old-logprobs-at-temperature-1", "xrpo/trainer/update.py",
+           "                                        o.micro_batch_tokens, r.temperature)\n"
+           "        for i, v in zip(redo, fresh):",
+           "                                        o.micro_batch_tokens)\n"
+           "        for i, v in zip(redo, fresh):",
            (f"{UPDATE}::test_sampling_temperature_is_used_for_old_logprobs_the_policy_forward_and_the_reference",),
            "old log-probs at temperature 1 while the rollouts were sampled at T"),
-    Mutant("policy-forward-at-temperature-1", "xrpo/trainer/loop.py",
+    Mutant("policy-forward-at-temperature-1", "xrpo/trainer/update.py",
            "pad_id, cfg.rollout.temperature,\n",
            "pad_id,\n",
            (f"{UPDATE}::test_sampling_temperature_is_used_for_old_logprobs_the_policy_forward_and_the_reference",),
@@ -219,23 +220,41 @@ MUTANTS: tuple[Mutant, ...] = (
            "            model.train()\n",
            (f"{UPDATE}::test_dropout_does_not_enter_the_policy_forward",),
            "training mode (dropout) in the policy forward, eval mode for the old log-probs"),
-    Mutant("loss-policy-includes-kl", "xrpo/trainer/loop.py",
+    Mutant("loss-policy-includes-kl", "xrpo/trainer/update.py",
            'out["loss/policy"] = float(np.mean(step_losses)) if step_losses else 0.0',
            'out["loss/policy"] = float(np.mean(step_totals)) if step_losses else 0.0',
            (f"{UPDATE}::test_kl_term_enters_the_loss_and_holds_the_policy_near_the_reference",),
            "loss/policy logs the policy loss plus beta * KL"),
-    Mutant("ratio-extremes-averaged", "xrpo/trainer/loop.py",
+    Mutant("ratio-extremes-averaged", "xrpo/trainer/update.py",
            '_EXTREMES = ("loss/ratio_max", "loss/ratio_min")',
            "_EXTREMES = ()",
            (f"{UPDATE}::test_clipping_binds_exactly_where_the_ratio_leaves_its_bounds",),
            "loss/ratio_max and loss/ratio_min averaged over micro-batches instead of max / min"),
     Mutant("icl-novelty-knob-ignored", "xrpo/trainer/loop.py",
-           "        icl_novelty=m.icl_novelty,\n",
-           "",
+           "**section_values(cfg.method, AdvantageConfig, AllocationConfig, ICLConfig, SharpenConfig),",
+           "**section_values(cfg.method, AdvantageConfig, AllocationConfig, ICLConfig),",
            (f"{MECH}::test_icl_novelty_scores_seeded_rollouts_as_configured",),
-           "method.icl_novelty never reaches the planner"),
+           "the sharpening section (method.icl_novelty ...) never reaches the planner"),
     Mutant("novelty-not-under-training-prompt", "xrpo/trainer/loop.py",
-           "compute_advantages(plan, pcfg, token_logprobs=old_lp, sample_logprobs=sample_lp)",
-           "compute_advantages(plan, pcfg, sample_logprobs=sample_lp)",
+           "batch_advantages(batch, pcfg, token_logprobs=old_lp, sample_logprobs=sample_lp)",
+           "batch_advantages(batch, pcfg, token_logprobs=None, sample_logprobs=sample_lp)",
            (MECH,), "sharpening scores s(y) with the engine's log-probs (ICL prompt) instead of the training prompt's"),
+    # ------------------------------------------------------------------------------------ xrpo/rollout/sources.py
+    Mutant("dapo-keeps-flat-groups", "xrpo/rollout/sources.py",
+           "keep = dynamic_sampling_keep_groups(b.plan.rewards, b.plan.group_ids)[: self.prompts_per_step - kept]",
+           "keep = np.unique(b.plan.group_ids)[: self.prompts_per_step - kept]",
+           (SOURCES,), "DAPO's refill keeps groups whose rewards are all equal"),
+    Mutant("dapo-same-seed-every-batch", "xrpo/rollout/sources.py",
+           "b = self.inner.sample(step, gen_batches)",
+           "b = self.inner.sample(step, 0)",
+           (SOURCES,), "every refill batch of a step sampled with the same seed"),
+    Mutant("epoch-order-not-restored", "xrpo/rollout/sources.py",
+           "self.order = EpochSampler(len(self.ctx.problems), self.ctx.seed, **state[\"sampler\"])",
+           "self.order = EpochSampler(len(self.ctx.problems), self.ctx.seed)",
+           (SOURCES,), "a resumed run restarts the data order from the first epoch"),
+    Mutant("cures-posterior-not-updated", "xrpo/rollout/sources.py",
+           "plan.metrics.update(self.state.observe(idx, plan.rewards, plan.group_ids))",
+           "plan.metrics.update({\"cures/successes\": 0.0, \"cures/trials\": float(plan.rewards.size)})",
+           ("tests/trainer/test_cures.py::test_cures_two_steps",),
+           "CurES never adds a step's rewards to its posterior"),
 )

@@ -139,13 +139,13 @@ def test_grpo_path_is_one_engine_call(verifier):
     assert len(res.records) == 128
 
 
-@pytest.mark.parametrize("allocation,icl", [("hrp", True), ("uniform", False), ("fixed", False)])
+@pytest.mark.parametrize("allocation,icl", [("hrp", True), ("uniform", False), ("cures", False)])
 def test_rounds_record_problem_ids_and_successes_per_prompt(verifier, allocation, icl):
     # rounds.jsonl must let a reader recover per-prompt success rates (xrpo simulate --rounds-file): every round
     # names its problems and counts each prompt's correct rollouts of that round
     probs, pp, pi = problems_and_rates()
     cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation=allocation, icl=icl, sharpen=False)
-    counts = [8] * 16 if allocation == "fixed" else None
+    counts = [8] * 16 if allocation == "cures" else None
     res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=3), verifier, renderer(), cfg, SAMPLING,
                             corpus=seeded_corpus(probs) if icl else None, counts=counts)
     assert len(res.rounds) == (3 if allocation == "hrp" else 1)
@@ -323,7 +323,7 @@ def test_planner_on_tiny_random_model(tiny_model, tiny_tokenizer, verifier):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# allocation="fixed": the caller's counts (CurES) in one engine call
+# allocation="cures": the caller's counts (CurES chooses them) in one engine call
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -331,7 +331,7 @@ def test_fixed_counts_are_one_engine_call(verifier):
     probs, pp, pi = problems_and_rates()
     engine = ScriptedPolicy(probs[:4], pp[:4], pi[:4])
     # n_base=4 would need 16 rollouts for 4 prompts: fixed counts have no base phase, so 10 rollouts are fine
-    cfg = PlanConfig(rollouts_per_step=10, n_base=4, allocation="fixed", icl=False, sharpen=False)
+    cfg = PlanConfig(rollouts_per_step=10, n_base=4, allocation="cures", icl=False, sharpen=False)
     res = generate_rollouts(probs[:4], engine, verifier, renderer(), cfg, SAMPLING, counts=[2, 5, 0, 3])
     assert len(engine.calls) == 1 and engine.calls[0][1] == [2, 5, 0, 3]
     assert np.bincount(res.group_ids, minlength=4).tolist() == [2, 5, 0, 3]
@@ -343,7 +343,7 @@ def test_fixed_counts_are_one_engine_call(verifier):
 def test_fixed_counts_bad_input(verifier):
     probs, pp, pi = problems_and_rates()
     engine = ScriptedPolicy(probs[:2], pp[:2], pi[:2])
-    cfg = PlanConfig(rollouts_per_step=6, allocation="fixed", icl=False)
+    cfg = PlanConfig(rollouts_per_step=6, allocation="cures", icl=False)
     with pytest.raises(ValueError, match="needs counts"):
         generate_rollouts(probs[:2], engine, verifier, renderer(), cfg, SAMPLING)
     with pytest.raises(ValueError, match="counts sum to 5, not rollouts_per_step=6"):
@@ -352,11 +352,11 @@ def test_fixed_counts_bad_input(verifier):
         generate_rollouts(probs[:2], engine, verifier, renderer(), cfg, SAMPLING, counts=[7, -1])
     with pytest.raises(ValueError, match="2 integers >= 0"):
         generate_rollouts(probs[:2], engine, verifier, renderer(), cfg, SAMPLING, counts=[6])
-    with pytest.raises(ValueError, match="only used with allocation='fixed'"):
+    with pytest.raises(ValueError, match="only used with allocation='cures'"):
         generate_rollouts(probs[:2], engine, verifier, renderer(), PlanConfig(rollouts_per_step=8, n_base=4, icl=False),
                           SAMPLING, counts=[4, 4])
-    with pytest.raises(ValueError, match="requires icl=False"):
-        PlanConfig(allocation="fixed", icl=True)
+    with pytest.raises(ValueError, match="config field icl must be false with allocation=cures"):
+        PlanConfig(allocation="cures", icl=True)
     assert engine.calls == []
 
 

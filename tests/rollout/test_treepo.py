@@ -116,7 +116,8 @@ def check_tree(t, seg, max_new, max_depth, eos_id, fallback=True):
                                                ("eos_prone_model", "high_logprob")])
 def test_tree_bookkeeping_on_the_real_engine(request, tiny_tokenizer, renderer, verifier, which, divergence):
     model = request.getfixturevalue(which)
-    cfg = TreeConfig(rollouts_per_step=34, segment_len=3, max_depth=5, divergence=divergence)  # widths 7,7,7,7,6
+    # widths 7,7,7,7,6
+    cfg = TreeConfig(rollouts_per_step=34, tree_segment_len=3, tree_max_depth=5, tree_divergence=divergence)
     params = SamplingParams(temperature=1.0, max_new_tokens=14, seed=5)  # 5 x 3 > 14: the last segment has 2
     res, trees = sample(model, tiny_tokenizer, renderer, verifier, cfg, params)
     assert [t.width for t in trees] == [7, 7, 7, 7, 6] and len(res.records) == 34
@@ -147,7 +148,7 @@ def test_tree_bookkeeping_on_the_real_engine(request, tiny_tokenizer, renderer, 
 def test_fallback_fills_trees_whose_paths_end_early(tiny_tokenizer, renderer, verifier, eos_early_model):
     eos = tiny_tokenizer.eos_token_id
     # a tree starts from one path; when every path of a tree has ended before it has its 8 leaves, fallback
-    cfg = TreeConfig(rollouts_per_step=40, segment_len=2, max_depth=6, branch=2, init_branch=1)
+    cfg = TreeConfig(rollouts_per_step=40, tree_segment_len=2, tree_max_depth=6, tree_branch=2, tree_init_branch=1)
     params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=0)
     res, trees = sample(eos_early_model, tiny_tokenizer, renderer, verifier, cfg, params)
     assert res.metrics["tree/fallback_expansions"] > 0 and res.metrics["tree/fallback_trees"] > 0
@@ -164,7 +165,8 @@ def test_fallback_fills_trees_whose_paths_end_early(tiny_tokenizer, renderer, ve
     assert sum(t.fallback_paths for t in trees) == res.metrics["tree/fallback_expansions"]
     # without fallback the same trees end with fewer leaves than their width
     res2, trees2 = sample(eos_early_model, tiny_tokenizer, renderer, verifier,
-                          TreeConfig(rollouts_per_step=40, segment_len=2, max_depth=6, init_branch=1, fallback=False),
+                          TreeConfig(rollouts_per_step=40, tree_segment_len=2, tree_max_depth=6, tree_init_branch=1,
+                                     tree_fallback=False),
                           params)
     assert res2.metrics["tree/underfilled"] > 0 and res2.metrics["tree/fallback_expansions"] == 0
     for t in trees2:
@@ -200,7 +202,8 @@ class NeverEnds:
 def test_fallback_restarts_from_the_root_when_no_leaf_ended_naturally(tiny_tokenizer, renderer, verifier):
     # every path is cut by the depth limit (2 segments of 2 tokens = max_new_tokens 4): no leaf ends by EOS or a stop
     # string, so the fallback has no leaf to re-expand and restarts `branch` = 2 paths from the root
-    cfg = TreeConfig(rollouts_per_step=13, segment_len=2, max_depth=2, branch=2, init_branch=1)  # widths 7, 6
+    # widths 7, 6
+    cfg = TreeConfig(rollouts_per_step=13, tree_segment_len=2, tree_max_depth=2, tree_branch=2, tree_init_branch=1)
     params = SamplingParams(temperature=1.0, max_new_tokens=4, seed=3)
     engine = NeverEnds()
     res, trees = sample(None, tiny_tokenizer, renderer, verifier, cfg, params, problems=PROBLEMS[:2], engine=engine)
@@ -241,7 +244,7 @@ def test_fallback_restarts_from_the_root_when_no_leaf_ended_naturally(tiny_token
     assert len(res.records) == 13 and m["tree/leaves"] == 13 and m["tree/underfilled"] == 0
     assert m["tree/fallback_expansions"] == 5 and m["tree/fallback_trees"] == 2 and m["tree/steps"] == 6
     # without fallback the same trees stop at their first 2 leaves
-    res2, trees2 = sample(None, tiny_tokenizer, renderer, verifier, replace(cfg, fallback=False), params,
+    res2, trees2 = sample(None, tiny_tokenizer, renderer, verifier, replace(cfg, tree_fallback=False), params,
                           problems=PROBLEMS[:2], engine=NeverEnds())
     assert [len(t.leaves) for t in trees2] == [2, 2] and res2.metrics["tree/underfilled"] == 2
     assert res2.metrics["tree/fallback_expansions"] == 0
@@ -250,7 +253,7 @@ def test_fallback_restarts_from_the_root_when_no_leaf_ended_naturally(tiny_token
 def test_stop_string_across_a_segment_boundary(tiny_tokenizer, tiny_model, renderer, verifier):
     # a one-path tree; the stop string is the last character of its first 2-token segment + the first of the second:
     # the engine sees neither half alone, the sampler must find it in the whole completion
-    cfg = TreeConfig(rollouts_per_step=1, segment_len=2, max_depth=6, init_branch=1)
+    cfg = TreeConfig(rollouts_per_step=1, tree_segment_len=2, tree_max_depth=6, tree_init_branch=1)
     for seed in range(20):
         params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=seed)
         (free,) = sample(tiny_model, tiny_tokenizer, renderer, verifier, cfg, params, problems=PROBLEMS[1:2])[0].records
@@ -285,7 +288,7 @@ class IdsOnly:
 
 
 def test_prefix_reuse_changes_nothing_but_the_work(tiny_tokenizer, tiny_model, renderer, verifier):
-    cfg = TreeConfig(rollouts_per_step=12, segment_len=2, max_depth=8)
+    cfg = TreeConfig(rollouts_per_step=12, tree_segment_len=2, tree_max_depth=8)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=10)
     with_reuse, _ = sample(tiny_model, tiny_tokenizer, renderer, verifier, cfg, greedy)
     without, _ = sample(tiny_model, tiny_tokenizer, renderer, verifier, cfg, greedy,
@@ -296,7 +299,7 @@ def test_prefix_reuse_changes_nothing_but_the_work(tiny_tokenizer, tiny_model, r
 
 
 def test_same_seed_same_trees(tiny_tokenizer, eos_prone_model, renderer, verifier):
-    cfg = TreeConfig(rollouts_per_step=16, segment_len=2, max_depth=6)
+    cfg = TreeConfig(rollouts_per_step=16, tree_segment_len=2, tree_max_depth=6)
     params = SamplingParams(temperature=1.0, max_new_tokens=10, seed=11)
     a, _ = sample(eos_prone_model, tiny_tokenizer, renderer, verifier, cfg, params)
     b, _ = sample(eos_prone_model, tiny_tokenizer, renderer, verifier, cfg, params)
@@ -314,7 +317,7 @@ def test_tree_advantage_through_the_planner(tiny_tokenizer, eos_prone_model, ren
 
             return [VerifyResult(score=float(len(t) % 2 == 0), answer=None) for t in texts]
 
-    cfg = TreeConfig(rollouts_per_step=16, segment_len=2, max_depth=5)
+    cfg = TreeConfig(rollouts_per_step=16, tree_segment_len=2, tree_max_depth=5)
     res, trees = sample(eos_prone_model, tiny_tokenizer, renderer, Parity(), cfg,
                         SamplingParams(temperature=1.0, max_new_tokens=10, seed=2))
     # the ancestors of each leaf as the planner builds them: the root, then its path's nodes above its own
@@ -331,11 +334,11 @@ def test_tree_advantage_through_the_planner(tiny_tokenizer, eos_prone_model, ren
     for i, r in enumerate(rows):
         mat[i, : len(r)] = r
     want, _ = tree_advantages(res.rewards, mat)
-    compute_advantages(res, PlanConfig(advantage="tree", adv_scale="none", sharpen=False, icl=False))
+    compute_advantages(res, PlanConfig(tree_advantage=True, adv_scale="none", sharpen=False, icl=False))
     np.testing.assert_allclose(res.advantages, want, rtol=1e-12)
     assert np.any(res.advantages != 0) and "adv/tree_subgroups_mean" in res.metrics
-    with pytest.raises(ValueError, match="sharpen=True needs advantage='group'"):
-        PlanConfig(advantage="tree", sharpen=True)
+    with pytest.raises(ValueError, match="config field sharpen must be false with tree_advantage=true"):
+        PlanConfig(tree_advantage=True, sharpen=True)
 
 
 def test_tree_ancestor_ids_hand():
@@ -351,9 +354,13 @@ def test_tree_ancestor_ids_hand():
 
 
 def test_bad_config_and_engine(tiny_tokenizer, tiny_model, renderer, verifier):
-    assert TreeConfig().segment_tokens(24) == 2 and TreeConfig(segment_len=5).segment_tokens(24) == 5
-    for kwargs, match in [(dict(branch=0), "branch"), (dict(segment_len=-1), "segment_len"),
-                          (dict(divergence="wide"), "divergence"), (dict(divergence_temp=0.0), "divergence_temp")]:
+    assert TreeConfig().segment_tokens(24) == 2 and TreeConfig(tree_segment_len=5).segment_tokens(24) == 5
+    for kwargs, match in [(dict(tree_branch=0), "tree_branch must be >= 1"),
+                          (dict(tree_segment_len=-1), "tree_segment_len must be >= 0"),
+                          (dict(tree_divergence="wide"), "tree_divergence must be one of"),
+                          (dict(tree_divergence_temp=0.0), "tree_divergence_temp must be > 0"),
+                          (dict(tree_max_depth=2.0), "tree_max_depth must be an int >= 1"),
+                          (dict(rollouts_per_step=0), "rollouts_per_step must be >= 1")]:
         with pytest.raises(ValueError, match=match):
             TreeConfig(**kwargs)
 

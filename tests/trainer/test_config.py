@@ -31,7 +31,44 @@ def test_presets_set_every_method_knob_and_overrides_win():
     assert cfg.method.allocation == get_preset("grpo")["allocation"]
     # every preset knob is a MethodConfig field
     knobs = {f.name for f in fields(MethodConfig)} - {"name"}
-    assert set(get_preset("xrpo")) <= knobs
+    assert set(get_preset("xrpo")) == knobs
+
+
+def test_knobs_are_declared_once_and_embedded_as_they_are():
+    # the trainer, the planner and TreePO's sampler hold the sections of xrpo.algo.config, not copies
+    from xrpo.algo import config as knobs
+    from xrpo.rollout.planner import PlanConfig
+    from xrpo.rollout.treepo import TreeConfig
+    from xrpo.trainer.config import RolloutConfig
+    from xrpo.rollout.sources import SourceContext, TreeSource
+    from xrpo.trainer.loop import plan_config
+
+    for section in knobs.METHOD_SECTIONS:
+        assert issubclass(MethodConfig, section)
+    assert issubclass(RolloutConfig, knobs.ICLPromptConfig) and issubclass(TreeConfig, knobs.TreePOConfig)
+    for section in (knobs.AdvantageConfig, knobs.AllocationConfig, knobs.ICLConfig, knobs.ICLPromptConfig,
+                    knobs.SharpenConfig):
+        assert issubclass(PlanConfig, section)
+    # and every field the planner shares with the trainer reaches it: the cures preset with every knob changed
+    cfg = build_config(None, ["method.name=cures", "method.lam_nov=3", "method.kappa_clip=0.25", "method.n_base=3",
+                              "method.max_extra_per_prompt=5", "method.full_reward=0.9",
+                              "rollout.icl_min_similarity=0.2",
+                              "rollout.icl_train_prompt=icl", "method.adv_scale=none", "method.tree_max_depth=3"])
+    p = plan_config(cfg)
+    assert (p.allocation, p.lam_nov, p.kappa_clip, p.n_base, p.max_extra_per_prompt, p.full_reward) == (
+        "cures", 3.0, 0.25, 3, 5, 0.9)
+    assert (p.icl_min_similarity, p.icl_train_prompt, p.adv_scale, p.icl) == (0.2, "icl", "none", False)
+    ctx = SourceContext(problems=[], engine=None, verifier=None, renderer=None, plan=p, prompts_per_step=1,
+                        temperature=1.0, top_p=1.0, max_new_tokens=4, stop=(), seed=0)
+    tree = TreeSource(ctx, cfg.method).tree
+    assert tree.tree_max_depth == 3 and tree.rollouts_per_step == cfg.rollout.rollouts_per_step
+
+
+def test_help_lists_inherited_knobs_with_their_docstrings():
+    text = help_text()
+    assert "method.lam_nov = 2.5" in text and "lambda_nov of Eq. (6)" in text
+    assert "rollout.icl_train_prompt = 'original'" in text
+    assert "method.max_gen_batches = 1" in text
 
 
 def test_yaml_file_and_precedence(tmp_path):
@@ -61,7 +98,14 @@ def test_round_trip():
     ("method.alpha=0.5", r"must lie in \(0, 0.5\)"),
     ("rollout.temperature=0", r"rollout.temperature must be > 0"),
     ("rollout.temperature=0.7 & optim.old_logprobs=reuse", "optim.old_logprobs must be auto or recompute"),
-    ("method.icl_novelty=both", "method.icl_novelty must be train, sample or exclude"),
+    ("method.icl_novelty=both", "method.icl_novelty must be one of train, sample or exclude"),
+    ("method.lam=true", "config field method.lam expects float, got True"),
+    ("eval_k=[1,a]", r"config field eval_k expects list\[int\]"),
+    ("method.max_extra_per_prompt=-1", "method.max_extra_per_prompt must be >= 0 or null"),
+    ("method.alloc_mode=random", "method.alloc_mode must be one of proportional or greedy"),
+    ("method.allocation=cures & method.icl=true", "method.icl must be false with allocation=cures"),
+    ("rollout.icl_train_prompt=both", "rollout.icl_train_prompt must be one of original or icl"),
+    ("method.sampler=tree", "method.allocation must be uniform with method.sampler=tree"),
     ("rollout.rollouts_per_step=10", "must be >= method.n_base x rollout.prompts_per_step = 64"),
     ("method.name=nope", "unknown"),
     ("eval_k=[1,64]", "every k must be in"),

@@ -104,3 +104,20 @@ def test_cures_bad_config(trainer_env, tmp_path):
         build_config(None, base + ["method.cures_temp_scale=0"])
     with pytest.raises(ValueError, match="prompts_per_step=30: CurES draws that many distinct problems"):
         train(build_config(None, base + ["rollout.prompts_per_step=30", "rollout.rollouts_per_step=120"]), log=quiet)
+
+
+def test_resume_without_the_sources_state_names_the_checkpoint(trainer_env, tmp_path):
+    # the batch source's state (CurES's posterior) is part of every checkpoint; a state.json without it is refused
+    # before any step runs, naming the checkpoint, instead of resuming from the prior
+    from xrpo.trainer.checkpoint import CheckpointError
+
+    out = tmp_path / "c"
+    train(build_config(None, trainer_env["overrides"](out, "cures", steps=1) + ["method.cures_warmup_rollouts=0"]),
+          log=quiet)
+    path = list_checkpoints(out)[-1] / "state.json"
+    state = json.loads(path.read_text())
+    del state["cures"]
+    path.write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=r"step-00000001 does not hold this method's batch source state: .*"
+                                              r"no CurES state"):
+        train(None, resume=str(out), log=quiet)

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from xrpo.algo.advantages import group_advantages
 from xrpo.algo.tree import global_whiten, tree_advantages
 from xrpo.rollout.planner import tree_ancestor_ids
-from xrpo.trainer import loop
+from xrpo.rollout import sources
 from xrpo.trainer.config import build_config
 from xrpo.trainer.loop import train
 
@@ -51,14 +51,14 @@ def test_treepo_trains_two_steps(trainer_env, tmp_path):
 def test_treepo_sampling_trains_with_grpo_advantages(trainer_env, tmp_path, monkeypatch):
     # TPO-S: TreePO's sampler, GRPO's group advantage; each step's advantages are captured where the loop computes them
     seen = []
-    real = loop.compute_advantages
+    real = sources.compute_advantages
 
     def spy(plan, pcfg, **kwargs):
         out = real(plan, pcfg, **kwargs)
         seen.append((pcfg, list(plan.records), plan.rewards.copy(), plan.group_ids.copy(), plan.advantages.copy()))
         return out
 
-    monkeypatch.setattr(loop, "compute_advantages", spy)
+    monkeypatch.setattr(sources, "compute_advantages", spy)
     out = tmp_path / "tpo-s"
     cfg = build_config(None, trainer_env["overrides"](out, "treepo-sampling", steps=2) + ["method.tree_max_depth=3"])
     assert cfg.method.sampler == "tree" and not cfg.method.tree_advantage and cfg.method.adv_scale == "std"
@@ -72,7 +72,7 @@ def test_treepo_sampling_trains_with_grpo_advantages(trainer_env, tmp_path, monk
         assert r["tree/underfilled"] == 0 and "adv/tree_subgroups_mean" not in r
     differs = []
     for pcfg, records, rewards, group_ids, adv in seen:
-        assert pcfg.advantage == "group" and not pcfg.sharpen
+        assert not pcfg.tree_advantage and not pcfg.sharpen
         # tree rollouts (every leaf has its path), 4 per prompt: GRPO's 16 over 4 prompts
         assert all(len(x.tree_path) >= 1 for x in records)
         np.testing.assert_array_equal(np.bincount(group_ids), [4, 4, 4, 4])
@@ -103,11 +103,11 @@ def test_treepo_with_dynamic_sampling_merges_tree_metrics(trainer_env, tmp_path)
     ("method.icl=true", "method.icl must be false with method.sampler=tree"),
     ("method.allocation=hrp", "method.allocation must be uniform with method.sampler=tree"),
     ("method.sharpen=true", "method.sharpen must be false with method.tree_advantage=true"),
-    ("method.tree_divergence=random", "method.tree_divergence must be uniform, low_logprob or high_logprob"),
+    ("method.tree_divergence=random", "method.tree_divergence must be one of uniform, low_logprob or high_logprob"),
     ("method.tree_branch=0", "method.tree_branch must be >= 1"),
     ("method.tree_segment_len=-2", "method.tree_segment_len must be >= 0"),
     ("method.tree_divergence_temp=0", "method.tree_divergence_temp must be > 0"),
-    ("method.sampler=beam", "method.sampler must be independent or tree"),
+    ("method.sampler=beam", "method.sampler must be one of independent or tree"),
 ])
 def test_treepo_config_errors_name_the_field(override, match):
     with pytest.raises(ValueError, match=match):

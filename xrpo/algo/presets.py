@@ -1,19 +1,11 @@
-"""Named methods as data: each preset sets every knob of the trainer's ``MethodConfig`` and cites each value's source.
+"""Named methods as data: each preset lists the knobs it changes from the defaults, each with its source sentence.
 
-A knob is ``Knob(value, source)``: the value and the sentence (quoted, with its paper and section) it comes from. Where
-a value is not in any paper the source says so ("xrpo default: ..."), and where a knob has no effect under the other
-knobs of the preset (e.g. ``alpha`` with ``allocation="uniform"``) the source says it is inactive; inactive knobs keep
-XRPO's value so that switching one knob on turns a baseline into the corresponding XRPO setting.
-
-Knobs (docs/design.md): ``adv_scale`` ("std" | "none"), ``policy_loss`` ("vanilla" | "gspo" | "gspo_token"),
-``clip_low``, ``clip_high``, ``loss_agg`` ("token-mean" | "seq-mean-token-mean" | "seq-mean-token-sum-norm"),
-``kl_coef``, ``kl_estimator`` ("k3" | "k1"), ``allocation`` ("uniform" | "hrp"), ``n_base``, ``plan_rounds``,
-``alpha``, ``lam``, ``alloc_mode`` ("proportional" | "greedy"), ``icl``, ``icl_k``, ``sharpen``, ``lam_nov``,
-``kappa_clip``, ``icl_novelty`` ("train" | "sample" | "exclude"), ``dynamic_sampling``, ``max_gen_batches``; TreePO's:
-``sampler`` ("independent" | "tree"), ``tree_segment_len``, ``tree_max_depth``, ``tree_branch``, ``tree_init_branch``,
-``tree_divergence`` ("uniform" | "low_logprob" | "high_logprob"), ``tree_divergence_temp``, ``tree_fallback``,
-``tree_advantage``; CurES's (``allocation="cures"``): ``cures_prior_alpha``, ``cures_prior_beta``,
-``cures_temp_scale``, ``cures_warmup_rollouts``, ``cures_min_count``, ``cures_success_threshold``.
+The knobs are the fields of the method sections in `xrpo.algo.config` (`KNOB_NAMES`); their defaults are XRPO's
+setting, whose sources are `DEFAULT_SOURCES`. A preset changes some of them: ``Knob(value, source)`` holds the value
+and the sentence (quoted, with its paper and section) it comes from; where a value is in no paper the source says so
+("xrpo default: ..."). A knob a preset does not list keeps the default, also where it has no effect under the
+preset's other knobs (``alpha`` with ``allocation="uniform"``), so that switching one knob on turns a baseline into
+the corresponding XRPO setting.
 
 Presets: ``grpo`` (the XRPO paper's GRPO baseline), ``grpo-deepseekmath`` (GRPO as published), ``dapo``, ``gspo``,
 ``dr_grpo``, ``xrpo``, ``xrpo-gspo``, the ablations of XRPO §4.3 ``xrpo-no-hrp``, ``xrpo-no-icl``, ``xrpo-no-as``,
@@ -23,9 +15,15 @@ baseline ``cures``. docs/methods.md explains each.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, NamedTuple
 
-__all__ = ["KNOB_NAMES", "PRESETS", "Knob", "get_preset", "list_presets", "preset_sources"]
+from xrpo.algo.config import METHOD_SECTIONS, knob_names
+
+__all__ = [
+    "DEFAULTS", "DEFAULT_SOURCES", "KNOB_NAMES", "PRESETS", "Knob", "get_preset", "list_presets", "preset_changes",
+    "preset_sources",
+]
 
 class Knob(NamedTuple):
     """One knob value and the sentence it comes from."""
@@ -33,50 +31,14 @@ class Knob(NamedTuple):
     value: Any
     source: str
 
-KNOB_NAMES: tuple[str, ...] = (
-    "adv_scale",
-    "policy_loss",
-    "clip_low",
-    "clip_high",
-    "loss_agg",
-    "kl_coef",
-    "kl_estimator",
-    "allocation",
-    "n_base",
-    "plan_rounds",
-    "alpha",
-    "lam",
-    "alloc_mode",
-    "icl",
-    "icl_k",
-    "sharpen",
-    "lam_nov",
-    "kappa_clip",
-    "icl_novelty",
-    "dynamic_sampling",
-    "max_gen_batches",
-    # TreePO (Li et al. 2025, arXiv 2508.17445): xrpo.rollout.treepo, xrpo.algo.tree
-    "sampler",
-    "tree_segment_len",
-    "tree_max_depth",
-    "tree_branch",
-    "tree_init_branch",
-    "tree_divergence",
-    "tree_divergence_temp",
-    "tree_fallback",
-    "tree_advantage",
+KNOB_NAMES: tuple[str, ...] = knob_names()
+"""Every knob a preset may set: the fields of `xrpo.algo.config.METHOD_SECTIONS`, in order."""
 
-    # CurES (allocation="cures")
-    "cures_prior_alpha",
-    "cures_prior_beta",
-    "cures_temp_scale",
-    "cures_warmup_rollouts",
-    "cures_min_count",
-    "cures_success_threshold",
-)
+DEFAULTS: dict[str, Any] = {f.name: f.default for section in METHOD_SECTIONS for f in fields(section)}
+"""Each knob's default (XRPO's setting), read from its section."""
 
 # --------------------------------------------------------------------------------------------------------------------
-# The sentences values come from (XRPO = /work/shared/paper/xrpo.tex; \name rendered as XRPO)
+# The sentences values come from (XRPO = Bamba et al., "XRPO"; the paper's \name rendered as XRPO)
 # --------------------------------------------------------------------------------------------------------------------
 
 _GRPO_BASELINE = (
@@ -160,7 +122,6 @@ _GSPO_AGG = (
     "sequences; with s_i repeated on each of its tokens, seq-mean-token-mean reproduces it exactly (the mode verl's "
     "compute_policy_loss_gspo uses)"
 )
-_NO_DYNAMIC_SAMPLING = "no dynamic sampling: it is a DAPO component (" + _DAPO_BASELINE + "), not part of this method"
 _XRPO_KEEPS_HARD = (
     'XRPO keeps every group (§1: "discarding zero-accuracy prompts, often hard questions beyond the model\'s current '
     'capability, risks the model never pushing past limits"); zero-reward groups get ICL seeding instead'
@@ -195,12 +156,6 @@ _CURES_THRESHOLD = (
     'CurES code, runs/scripts/run_epic.sh: "+data.epic_acceptance_threshold=0.5" (and correct_threshold=0.5): a '
     "rollout is accepted when its score exceeds 0.5"
 )
-
-def _cures_inactive(source: str) -> str:
-    return f"inactive here (allocation is not 'cures'); CurES's value: {source}"
-
-def _inactive(why: str, xrpo_source: str) -> str:
-    return f"inactive here ({why}); XRPO's value, kept so that enabling it gives XRPO's setting: {xrpo_source}"
 
 # --------------------------------------------------------------------------------------------------------------------
 # TreePO (Li et al. 2025, "TreePO", arXiv 2508.17445; the authors' verl fork multimodal-art-projection/TreePO, script
@@ -257,120 +212,93 @@ _TREE_GLOBAL_NORM = (
     + ' §2.3: "we incorporate the global variance normalization strategy as in REINFORCE++" (Eq. 5\'s denominator; '
     "the authors' code whitens over every token of the batch)"
 )
-_TREE_LOSS = (
-    _TREEPO + ' §2.3: "We take the GRPO optimizing objective and adopt the improved modifications proposed in DAPO as '
-    'our starting point, which further highlights clip-higher gradient, dynamic sampling, and token-level loss"; '
-    + _TREEPO_SCRIPT + ": clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode=token-mean"
-)
-_TREE_KL = (
-    _SETUP_KL + " The paper states one training setup for every run; TreePO's own script uses no KL term "
-    "(use_kl_loss=False, kl_coef=0.0): set kl_coef=0 to follow it"
-)
-_TREE_NO_DYNAMIC = (
-    "off so that every method spends the same rollouts per step (XRPO §4.1 counts dynamic sampling as DAPO's); TreePO "
-    'itself trains with it (' + _TREEPO + ' §3.1: "queries of 3 × bsz would be sent to sampling ... maximum two other '
-    'additional samplings will be conducted"): set dynamic_sampling=true, max_gen_batches=3 to follow it'
-)
-_NOT_TREE = "sampler='independent'"
+_USED_WITH_TREE = "TreePO's value (used with sampler='tree'): "
+_USED_WITH_CURES = "CurES's value (used with allocation='cures'): "
 
-_TREE_INACTIVE: dict[str, Knob] = {
-    "tree_segment_len": Knob(0, f"inactive here ({_NOT_TREE}); TreePO's value: " + _TREE_SEGMENT),
-    "tree_max_depth": Knob(14, f"inactive here ({_NOT_TREE}); TreePO's value: " + _TREE_DEPTH),
-    "tree_branch": Knob(2, f"inactive here ({_NOT_TREE}); TreePO's value: " + _TREE_BRANCH),
-    "tree_init_branch": Knob(2, f"inactive here ({_NOT_TREE}); TreePO's value: " + _TREE_INIT),
-    "tree_divergence": Knob("uniform", f"inactive here ({_NOT_TREE}); TreePO's value: " + _TREE_DIVERGENCE),
-    "tree_divergence_temp": Knob(2.0, f"inactive here ({_NOT_TREE}); TreePO's value: " + _TREE_TEMP),
-    "tree_fallback": Knob(True, f"inactive here ({_NOT_TREE}); TreePO's value: " + _TREE_FALLBACK),
+DEFAULT_SOURCES: dict[str, str] = {
+    "policy_loss": _XRPO_ON_GRPO + ": a token-level clipped surrogate",
+    "clip_low": _XRPO_ON_GRPO + ": ε_low = 0.2",
+    "clip_high": _XRPO_ON_GRPO + ": ε_high = 0.28",
+    "loss_agg": _XRPO_ON_GRPO + ": token-level loss (token-mean)",
+    "kl_coef": _SETUP_KL,
+    "kl_estimator": _KL_ESTIMATOR,
+    "adv_scale": _SHARPEN + ", the group-normalized GRPO advantage of " + _GRPO_ADV + "; with tree_advantage: "
+    + _TREE_GLOBAL_NORM,
+    "tree_advantage": "GRPO's group-relative advantage: " + _GRPO_ADV,
+    "allocation": _HRP,
+    "n_base": _SETUP_ROLLOUT,
+    "plan_rounds": _SETUP_ROLLOUT,
+    "alpha": _SENSITIVITY,
+    "lam": _SENSITIVITY,
+    "alloc_mode": _PROPORTIONAL,
+    "max_extra_per_prompt": "xrpo default: no cap; the paper caps no prompt's share of a round (" + _PROPORTIONAL + ")",
+    "icl": _ICL,
+    "icl_k": _SETUP_ICL,
+    "sharpen": _SHARPEN,
+    "icl_novelty": _ICL_NOVELTY,
+    "lam_nov": _SETUP_ICL,
+    "kappa_clip": _SETUP_ICL,
+    "full_reward": _SHARPEN + ': "full reward (e.g., 1)"; xrpo\'s verifiers score a correct answer 1',
+    "sampler": _GRPO_UNIFORM + ", each sampled from the prompt alone",
+    "dynamic_sampling": _XRPO_KEEPS_HARD,
+    "max_gen_batches": "one generation batch per step (more are drawn only with dynamic_sampling=true)",
+    "tree_segment_len": _USED_WITH_TREE + _TREE_SEGMENT,
+    "tree_max_depth": _USED_WITH_TREE + _TREE_DEPTH,
+    "tree_branch": _USED_WITH_TREE + _TREE_BRANCH,
+    "tree_init_branch": _USED_WITH_TREE + _TREE_INIT,
+    "tree_divergence": _USED_WITH_TREE + _TREE_DIVERGENCE,
+    "tree_divergence_temp": _USED_WITH_TREE + _TREE_TEMP,
+    "tree_fallback": _USED_WITH_TREE + _TREE_FALLBACK,
+    "cures_prior_alpha": _USED_WITH_CURES + _CURES_PRIOR,
+    "cures_prior_beta": _USED_WITH_CURES + _CURES_PRIOR,
+    "cures_temp_scale": _USED_WITH_CURES + _CURES_TEMP,
+    "cures_warmup_rollouts": _USED_WITH_CURES + _CURES_WARMUP,
+    "cures_min_count": _USED_WITH_CURES + _CURES_MIN,
+    "cures_success_threshold": _USED_WITH_CURES + _CURES_THRESHOLD,
 }
+"""The source of each default (XRPO's setting; TreePO's and CurES's for the knobs only they use)."""
+
+if list(DEFAULT_SOURCES) != list(KNOB_NAMES):  # a knob added to xrpo.algo.config without its source, caught at import
+    raise ValueError(f"presets: DEFAULT_SOURCES must name every knob in order: {', '.join(KNOB_NAMES)}")
+
 
 def _derive(base: dict[str, Knob], **changes: Knob) -> dict[str, Knob]:
+    """``base``'s changes, then ``changes``; a change back to the default is dropped (the default's source holds)."""
     unknown = set(changes) - set(KNOB_NAMES)
     if unknown:  # a typo in this file, caught at import
         raise ValueError(f"presets: unknown knob(s) {sorted(unknown)}; valid knobs: {', '.join(KNOB_NAMES)}")
     out = dict(base)
     out.update(changes)
-    return {name: out[name] for name in KNOB_NAMES}
+    return {name: out[name] for name in KNOB_NAMES if name in out and out[name].value != DEFAULTS[name]}
+
 
 # --------------------------------------------------------------------------------------------------------------------
-# GRPO as the XRPO paper runs it (the base every other preset changes)
+# GRPO as the XRPO paper runs it (the base of the other baselines): no planning, no ICL, no sharpening
 # --------------------------------------------------------------------------------------------------------------------
-
-_UNIFORM_NO_XRPO = "allocation='uniform' and icl=False, so the phases only split an even budget"
 
 _GRPO: dict[str, Knob] = _derive(
     {},
-    adv_scale=Knob("std", _GRPO_ADV),
-    policy_loss=Knob("vanilla", _GRPO_BASELINE + ": a token-level clipped surrogate"),
-    clip_low=Knob(0.2, _GRPO_BASELINE + ": ε_low = 0.2"),
-    clip_high=Knob(0.28, _GRPO_BASELINE + ": ε_high = 0.28"),
-    loss_agg=Knob("token-mean", _GRPO_BASELINE + ': "Token-Level Policy Gradient Loss" is DAPO\'s token-mean'),
-    kl_coef=Knob(0.001, _SETUP_KL),
-    kl_estimator=Knob("k3", _KL_ESTIMATOR),
     allocation=Knob("uniform", _GRPO_UNIFORM),
-    n_base=Knob(4, _inactive(_UNIFORM_NO_XRPO, _SETUP_ROLLOUT)),
-    plan_rounds=Knob(2, _inactive(_UNIFORM_NO_XRPO, _SETUP_ROLLOUT)),
-    alpha=Knob(0.05, _inactive("allocation='uniform'", _SENSITIVITY)),
-    lam=Knob(0.1, _inactive("allocation='uniform'", _SENSITIVITY)),
-    alloc_mode=Knob("proportional", _inactive("allocation='uniform'", _PROPORTIONAL)),
     icl=Knob(False, "no ICL seeding: it is an XRPO component (" + _ICL + ")"),
-    icl_k=Knob(2, _inactive("icl=False", _SETUP_ICL)),
     sharpen=Knob(False, "no advantage sharpening: it is an XRPO component (" + _SHARPEN + ")"),
-    lam_nov=Knob(2.5, _inactive("sharpen=False", _SETUP_ICL)),
-    kappa_clip=Knob(0.5, _inactive("sharpen=False", _SETUP_ICL)),
-    icl_novelty=Knob("train", _inactive("sharpen=False and icl=False", _ICL_NOVELTY)),
-    dynamic_sampling=Knob(False, _NO_DYNAMIC_SAMPLING),
-    max_gen_batches=Knob(1, "inactive here (dynamic_sampling=False): one generation batch per step"),
-    sampler=Knob("independent", _GRPO_UNIFORM + ", each sampled from the prompt alone"),
-    **_TREE_INACTIVE,
-    tree_advantage=Knob(False, "GRPO's group-relative advantage: " + _GRPO_ADV),
-
-    cures_prior_alpha=Knob(1.0, _cures_inactive(_CURES_PRIOR)),
-    cures_prior_beta=Knob(1.0, _cures_inactive(_CURES_PRIOR)),
-    cures_temp_scale=Knob(100.0, _cures_inactive(_CURES_TEMP)),
-    cures_warmup_rollouts=Knob(4, _cures_inactive(_CURES_WARMUP)),
-    cures_min_count=Knob(2, _cures_inactive(_CURES_MIN)),
-    cures_success_threshold=Knob(0.5, _cures_inactive(_CURES_THRESHOLD)),
 )
 
 _GRPO_DEEPSEEKMATH = _derive(
     _GRPO,
-    adv_scale=Knob(
-        "std", "Shao et al. 2024 (DeepSeekMath, arXiv 2402.03300) §4.1.2: Â_i,t = r̃_i = (r_i − mean(r))/std(r)"
-    ),
-    clip_low=Knob(
-        0.2,
-        "Shao et al. 2024, Eq. 3 writes clip(·, 1 − ε, 1 + ε) with one ε and does not state its value; 0.2 is PPO's "
-        "(Schulman et al. 2017) and the verl / TRL default, not from the paper",
-    ),
-    clip_high=Knob(0.2, "symmetric clip of Shao et al. 2024, Eq. 3 (one ε); 0.2 as clip_low, not from the paper"),
+    clip_high=Knob(0.2, "symmetric clip of Shao et al. 2024 (DeepSeekMath, arXiv 2402.03300), Eq. 3: clip(·, 1 − ε, "
+                   "1 + ε) with one ε, whose value it does not state; 0.2 is PPO's (Schulman et al. 2017) and the "
+                   "verl / TRL default, not from the paper"),
     loss_agg=Knob(
         "seq-mean-token-mean",
         "Shao et al. 2024, Eq. 3: J_GRPO = E[(1/G) Σ_i (1/|o_i|) Σ_t {min[...] − β D_KL}]: each output's token mean, "
         "then the mean over outputs",
     ),
     kl_coef=Knob(0.04, 'Shao et al. 2024 §4.2: "The KL coefficient is 0.04."'),
-    kl_estimator=Knob(
-        "k3", "Shao et al. 2024, Eq. 4: D_KL[π_θ||π_ref] = π_ref/π_θ − log(π_ref/π_θ) − 1 (the k3 estimator)"
-    ),
     allocation=Knob("uniform", 'Shao et al. 2024 §4.2: "For each question, we sample 64 outputs."'),
 )
 
 _DAPO = _derive(
     _GRPO,
-    adv_scale=Knob(
-        "std",
-        "DAPO keeps GRPO's group-normalized advantage (Yu et al. 2025, arXiv 2503.14476, DAPO objective: "
-        "Â_i,t = (R_i − mean({R_i})) / std({R_i}))",
-    ),
-    policy_loss=Knob("vanilla", _DAPO_BASELINE + ": token-level clipped surrogate"),
-    clip_low=Knob(0.2, _DAPO_BASELINE + ": Clip-Higher ε_low = 0.2"),
-    clip_high=Knob(0.28, _DAPO_BASELINE + ": Clip-Higher ε_high = 0.28"),
-    loss_agg=Knob("token-mean", _DAPO_BASELINE + ": Token-Level Policy Gradient Loss"),
-    kl_coef=Knob(
-        0.001,
-        _SETUP_KL + " The paper states one training setup for every run; DAPO itself drops the KL term (Yu et al. "
-        '2025 §2.3: "we exclude the KL term"): set kl_coef=0 to follow DAPO rather than the XRPO comparison',
-    ),
     dynamic_sampling=Knob(
         True, _DAPO_BASELINE + ": Dynamic Sampling (the fourth, Overlong Reward Shaping, is left out)"
     ),
@@ -388,16 +316,7 @@ _GSPO_LOSS = {
     "loss_agg": Knob("seq-mean-token-mean", _GSPO_AGG),
 }
 
-_GSPO = _derive(
-    _GRPO,
-    adv_scale=Knob("std", "Zheng et al. 2025, Eq. 6: Â_i = (r(x, y_i) − mean{r(x, y_j)}) / std{r(x, y_j)}"),
-    kl_coef=Knob(
-        0.001,
-        _SETUP_KL + " The paper states one training setup for every run; GSPO's own runs use no KL term (β = 0, verl "
-        "PR 2775 discussion, cited in TRL's paper index)",
-    ),
-    **_GSPO_LOSS,
-)
+_GSPO = _derive(_GRPO, **_GSPO_LOSS)
 
 _DR_GRPO = _derive(
     _GRPO_DEEPSEEKMATH,
@@ -416,59 +335,13 @@ _DR_GRPO = _derive(
         "Liu et al. 2025 code (sail-sg/understand-r1-zero): beta = 0, as TRL's paper index reports for Dr. GRPO "
         "(not in the XRPO paper)",
     ),
-    kl_estimator=Knob("k3", "inactive here (kl_coef=0); " + _KL_ESTIMATOR),
-    clip_low=Knob(
-        0.2, "Dr. GRPO keeps GRPO's clipped surrogate (Liu et al. 2025); ε = 0.2 is PPO's default, not stated there"
-    ),
     clip_high=Knob(0.2, "symmetric clip as in GRPO (Shao et al. 2024, Eq. 3), kept by Dr. GRPO; 0.2 not stated there"),
 )
 
 # CurES on the GRPO baseline's loss: only prompt selection and rollout counts change (docs/methods.md, CurES)
-_CURES_UNIFORM_OFF = "inactive here (allocation='cures' generates each step in one batch); "
-_CURES = _derive(
-    _GRPO,
-    allocation=Knob("cures", _CURES_PAPER),
-    n_base=Knob(4, _CURES_UNIFORM_OFF + "XRPO's value: " + _SETUP_ROLLOUT),
-    plan_rounds=Knob(2, _CURES_UNIFORM_OFF + "XRPO's value: " + _SETUP_ROLLOUT),
-    alpha=Knob(0.05, _inactive("allocation='cures'", _SENSITIVITY)),
-    lam=Knob(0.1, _inactive("allocation='cures'", _SENSITIVITY)),
-    alloc_mode=Knob("proportional", _inactive("allocation='cures'", _PROPORTIONAL)),
-    cures_prior_alpha=Knob(1.0, _CURES_PRIOR),
-    cures_prior_beta=Knob(1.0, _CURES_PRIOR),
-    cures_temp_scale=Knob(100.0, _CURES_TEMP),
-    cures_warmup_rollouts=Knob(4, _CURES_WARMUP),
-    cures_min_count=Knob(2, _CURES_MIN),
-    cures_success_threshold=Knob(0.5, _CURES_THRESHOLD),
-)
+_CURES = _derive(_GRPO, allocation=Knob("cures", _CURES_PAPER))
 
-# --------------------------------------------------------------------------------------------------------------------
-# XRPO and its ablations (§4.3)
-# --------------------------------------------------------------------------------------------------------------------
-
-_XRPO = _derive(
-    _GRPO,
-    adv_scale=Knob("std", _SHARPEN + ", the group-normalized GRPO advantage of " + _GRPO_ADV),
-    policy_loss=Knob("vanilla", _XRPO_ON_GRPO),
-    clip_low=Knob(0.2, _XRPO_ON_GRPO + ": ε_low = 0.2"),
-    clip_high=Knob(0.28, _XRPO_ON_GRPO + ": ε_high = 0.28"),
-    loss_agg=Knob("token-mean", _XRPO_ON_GRPO + ": token-level loss (token-mean)"),
-    kl_coef=Knob(0.001, _SETUP_KL),
-    allocation=Knob("hrp", _HRP),
-    n_base=Knob(4, _SETUP_ROLLOUT),
-    plan_rounds=Knob(2, _SETUP_ROLLOUT),
-    alpha=Knob(0.05, _SENSITIVITY),
-    lam=Knob(0.1, _SENSITIVITY),
-    alloc_mode=Knob("proportional", _PROPORTIONAL),
-    icl=Knob(True, _ICL),
-    icl_k=Knob(2, _SETUP_ICL),
-    sharpen=Knob(True, _SHARPEN),
-    lam_nov=Knob(2.5, _SETUP_ICL),
-    kappa_clip=Knob(0.5, _SETUP_ICL),
-    icl_novelty=Knob("train", _ICL_NOVELTY),
-    dynamic_sampling=Knob(False, _XRPO_KEEPS_HARD),
-)
-
-_XRPO_GSPO = _derive(_XRPO, **{k: Knob(v.value, _XRPO_WITH_GSPO + v.source) for k, v in _GSPO_LOSS.items()})
+_XRPO_GSPO = _derive({}, **{k: Knob(v.value, _XRPO_WITH_GSPO + v.source) for k, v in _GSPO_LOSS.items()})
 
 _ABLATION_HRP = (
     'XRPO §4.3: "(4) XRPO w/o HRP, which replaces hierarchical rollout planning with uniform allocation while '
@@ -484,30 +357,9 @@ _ABLATION_AS_ICL = (
 _TREEPO_SAMPLING = _derive(
     _GRPO,
     sampler=Knob("tree", _TPO_S + " " + _TREEPO + " §2.2, Algorithm 1 (Tree-based Sampling)"),
-    tree_segment_len=Knob(0, _TREE_SEGMENT),
-    tree_max_depth=Knob(14, _TREE_DEPTH),
-    tree_branch=Knob(2, _TREE_BRANCH),
-    tree_init_branch=Knob(2, _TREE_INIT),
-    tree_divergence=Knob("uniform", _TREE_DIVERGENCE),
-    tree_divergence_temp=Knob(2.0, "inactive here (tree_divergence='uniform'); " + _TREE_TEMP),
-    tree_fallback=Knob(True, _TREE_FALLBACK),
-    tree_advantage=Knob(
-        False,
-        _TPO_S + " The XRPO paper compares TreePO's sampling alone (TPO-S, Tables 1 and 5), trained with its GRPO "
-        "baseline's group advantage: " + _GRPO_ADV,
-    ),
 )
 
-_TREEPO_FULL = _derive(
-    _TREEPO_SAMPLING,
-    tree_advantage=Knob(True, _TREE_ADVANTAGE),
-    adv_scale=Knob("std", _TREE_GLOBAL_NORM),
-    clip_low=Knob(0.2, _TREE_LOSS),
-    clip_high=Knob(0.28, _TREE_LOSS),
-    loss_agg=Knob("token-mean", _TREE_LOSS),
-    kl_coef=Knob(0.001, _TREE_KL),
-    dynamic_sampling=Knob(False, _TREE_NO_DYNAMIC),
-)
+_TREEPO_FULL = _derive(_TREEPO_SAMPLING, tree_advantage=Knob(True, _TREE_ADVANTAGE))
 
 PRESETS: dict[str, dict[str, Knob]] = {
     "grpo": _GRPO,
@@ -516,15 +368,17 @@ PRESETS: dict[str, dict[str, Knob]] = {
     "gspo": _GSPO,
     "dr_grpo": _DR_GRPO,
     "cures": _CURES,
-    "xrpo": _XRPO,
+    "xrpo": _derive({}),
     "xrpo-gspo": _XRPO_GSPO,
-    "xrpo-no-hrp": _derive(_XRPO, allocation=Knob("uniform", _ABLATION_HRP)),
-    "xrpo-no-icl": _derive(_XRPO, icl=Knob(False, _ABLATION_ICL)),
-    "xrpo-no-as": _derive(_XRPO, sharpen=Knob(False, _ABLATION_AS)),
-    "xrpo-no-as-icl": _derive(_XRPO, icl=Knob(False, _ABLATION_AS_ICL), sharpen=Knob(False, _ABLATION_AS_ICL)),
+    "xrpo-no-hrp": _derive({}, allocation=Knob("uniform", _ABLATION_HRP)),
+    "xrpo-no-icl": _derive({}, icl=Knob(False, _ABLATION_ICL)),
+    "xrpo-no-as": _derive({}, sharpen=Knob(False, _ABLATION_AS)),
+    "xrpo-no-as-icl": _derive({}, icl=Knob(False, _ABLATION_AS_ICL), sharpen=Knob(False, _ABLATION_AS_ICL)),
     "treepo-sampling": _TREEPO_SAMPLING,
     "treepo": _TREEPO_FULL,
 }
+"""Each preset's changes from the defaults (`DEFAULTS`), in `KNOB_NAMES` order."""
+
 
 def _lookup(name: str) -> dict[str, Knob]:
     try:
@@ -532,14 +386,24 @@ def _lookup(name: str) -> dict[str, Knob]:
     except (KeyError, TypeError):
         raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}") from None
 
+
 def list_presets() -> list[str]:
     """Preset names, in the order above (baselines first, then XRPO and its ablations)."""
     return list(PRESETS)
 
-def get_preset(name: str) -> dict[str, Any]:
-    """The knob values of preset ``name`` (a fresh dict in ``KNOB_NAMES`` order); an unknown name raises ValueError."""
+
+def preset_changes(name: str) -> dict[str, Any]:
+    """The knobs preset ``name`` changes from the defaults, with their values; an unknown name raises ValueError."""
     return {knob: k.value for knob, k in _lookup(name).items()}
 
+
+def get_preset(name: str) -> dict[str, Any]:
+    """Every knob's value under preset ``name`` (a fresh dict in ``KNOB_NAMES`` order): the defaults, then its
+    changes; an unknown name raises ValueError."""
+    return {**DEFAULTS, **preset_changes(name)}
+
+
 def preset_sources(name: str) -> dict[str, str]:
-    """The source sentence of each knob value of preset ``name``; unknown names raise ``ValueError``."""
-    return {knob: k.source for knob, k in _lookup(name).items()}
+    """The source sentence of every knob's value under preset ``name`` (its own for the knobs it changes, else the
+    default's); unknown names raise ``ValueError``."""
+    return {**DEFAULT_SOURCES, **{knob: k.source for knob, k in _lookup(name).items()}}

@@ -133,8 +133,8 @@ def warmup(state: CuresState, problems: Sequence[Problem], engine: RolloutEngine
     to the posterior (CurES code, epic/stage_0_init_difficulty_sample_size.py ``init_difficulty``: "Initialize the
     difficulty distribution with `num_rollout_min` rollouts per prompt for all prompts in the dataset").
 
-    Generated through the planner's fixed-count path, ``prompts_per_call`` problems per engine call;
-    ``sampling_for(call)`` gives each call its sampling parameters (seed). Returns cures/* warm-up metrics.
+    Generated through the planner's caller-counted path (allocation="cures"), ``prompts_per_call`` problems per engine
+    call; ``sampling_for(call)`` gives each call its sampling parameters (seed). Returns cures/* warm-up metrics.
     """
     if n < 1:
         raise ValueError(f"warm-up rollouts per problem must be >= 1, got {n}")
@@ -142,7 +142,7 @@ def warmup(state: CuresState, problems: Sequence[Problem], engine: RolloutEngine
     spent = 0
     for call, start in enumerate(range(0, len(problems), prompts_per_call)):
         chunk = list(range(start, min(start + prompts_per_call, len(problems))))
-        cfg = PlanConfig(rollouts_per_step=n * len(chunk), allocation="fixed", icl=False, sharpen=False)
+        cfg = PlanConfig(rollouts_per_step=n * len(chunk), allocation="cures", icl=False, sharpen=False)
         res = generate_rollouts([problems[i] for i in chunk], engine, verifier, renderer, cfg, sampling_for(call),
                                 counts=[n] * len(chunk))
         state.observe(chunk, res.rewards, res.group_ids)

@@ -12,8 +12,8 @@ One call plans, generates and verifies every rollout of a training step::
 Switches give the paper's ablations: ``allocation="uniform"`` (w/o HRP: the same budget split evenly in the same
 rounds), ``icl=False`` (w/o ICL), ``sharpen=False`` (w/o AS). With uniform allocation and no ICL there is nothing to
 plan, so all rollouts are generated in one engine call (GRPO's single batch); the rounds only exist when they can
-change what is generated. ``allocation="fixed"`` takes the per-prompt counts from the caller (``counts=``; a
-baseline that chooses them itself, e.g. CurES) and generates them in that one engine call too.
+change what is generated. ``allocation="cures"`` takes the per-prompt counts from the caller (``counts=``: CurES
+chooses them from its posterior) and generates them in that one engine call too.
 
 Which prompt an ICL-seeded rollout is trained under (``icl_train_prompt``):
     ``"original"`` (default): the completion is paired with the plain prompt q. What it teaches then holds without
@@ -38,93 +38,29 @@ from typing import Sequence
 import numpy as np
 
 from xrpo.algo.advantages import group_advantages, length_normalized_loglik, sharpen_advantages
-from xrpo.algo.allocation import allocate_round, check_significance, plan_phases, split_budget
+from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
+from xrpo.algo.config import (
+    AdvantageConfig, AllocationConfig, ICLConfig, ICLPromptConfig, SharpenConfig, check_knobs,
+)
 from xrpo.algo.tree import global_whiten, tree_advantages
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
 
-ALLOCATIONS = ("hrp", "uniform", "fixed")
-ICL_TRAIN_PROMPTS = ("original", "icl")
-ICL_NOVELTY = ("train", "sample", "exclude")
-ADVANTAGES = ("group", "tree")
-
-
 @dataclass
-class PlanConfig:
-    """What one step of rollouts looks like. Field names match the method presets (`xrpo.algo.presets`)."""
+class PlanConfig(SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig, AdvantageConfig):
+    """What one step of rollouts looks like: the knob sections of `xrpo.algo.config` (the trainer's ``method`` and
+    ``rollout`` fields of the same names) and the step's budget. ``allocation="cures"``: the caller chooses each
+    prompt's count (``counts=``), generated in one batch without planning rounds."""
 
     rollouts_per_step: int = 128
     """Total rollouts of the step over all prompts, base rollouts included (paper: 128 for 16 prompts)."""
-    n_base: int = 4
-    """Rollouts every prompt gets before planning (paper §4.1: 4). At least 2: the t quantile needs n >= 2."""
-    plan_rounds: int = 2
-    """Planning rounds that split the rest of the budget (paper §4.1: 2)."""
-    allocation: str = "hrp"
-    """"hrp" (priority Pi_q = Delta_q + phi_q), "uniform" (the w/o-HRP ablation and GRPO), or "fixed" (the caller's
-    ``counts``, one batch, no planning rounds)."""
-    alpha: float = 0.05
-    """Significance level of the Student-t confidence interval, Eq. (1) (confidence 1 - alpha), in (0, 0.5)."""
-    lam: float = 0.1
-    """Exploration-bonus weight lambda in phi_q = lam * sqrt(log(1+T)/n_q)."""
-    alloc_mode: str = "proportional"
-    """"proportional" (the paper) or "greedy" (one rollout at a time to the argmax of Pi_q)."""
-    max_extra_per_prompt: int | None = None
-    """Cap on the extra rollouts one prompt may get in one round (None = no cap)."""
-    icl: bool = True
-    """ICL seeding of prompts with no success so far (paper §3.2)."""
-    icl_k: int = 2
-    """Examples per ICL prompt (paper: K = 2)."""
-    icl_min_similarity: float = 0.0
-    """Neighbours below this cosine similarity are not used; with none left the prompt stays zero-shot."""
-    icl_train_prompt: str = "original"
-    """Train ICL-seeded rollouts under the "original" prompt or the "icl" prompt (see the module docstring)."""
-    sharpen: bool = True
-    """Novelty-guided advantage sharpening, Eq. (6)."""
-    icl_novelty: str = "train"
-    """How sharpening treats ICL-seeded rollouts trained under another prompt than the one they were sampled from:
-    "train" scores s(y) (Eq. 4) under the prompt the rollout is trained under (with ``icl_train_prompt="original"``
-    the plain prompt, under which such a rollout looks unlikely, hence novel); "sample" scores it under the ICL prompt
-    it was sampled from; "exclude" leaves ICL-seeded rollouts out of sharpening (no bonus, and not in their group's
-    mean score s_bar). docs/methods.md has the measurement behind the choice."""
-    lam_nov: float = 2.5
-    """lambda_nov of Eq. (6) (paper §4.1: 2.5)."""
-    kappa_clip: float = 0.5
-    """kappa_clip of Eq. (6) (paper §4.1: 0.5)."""
-    adv_scale: str = "std"
-    """"std" (GRPO) or "none" (Dr. GRPO) group normalisation."""
-    full_reward: float = 1.0
-    """Reward at or above which a rollout counts as correct (sharpening, ICL success, corpus)."""
-    advantage: str = "group"
-    """"group": GRPO's advantage by group id (then sharpening); "tree": TreePO's tree advantage over each rollout's
-    ancestors (`xrpo.algo.tree.tree_advantages`, rollouts of `xrpo.rollout.treepo`; an independent rollout has its
-    root alone), then with adv_scale="std" TreePO's batch-wide normalisation (`global_whiten`) instead of GRPO's
-    per-group std."""
 
     def __post_init__(self):
-        if self.advantage not in ADVANTAGES:
-            raise ValueError(f"advantage must be one of {ADVANTAGES}, got {self.advantage!r}")
-        if self.advantage == "tree" and self.sharpen:
-            raise ValueError("sharpen=True needs advantage='group': Eq. (6) adjusts GRPO's group advantage, which the "
-                             "tree advantage replaces")
-        if self.allocation not in ALLOCATIONS:
-            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {self.allocation!r}")
-        if self.icl_novelty not in ICL_NOVELTY:
-            raise ValueError(f"icl_novelty must be one of {ICL_NOVELTY}, got {self.icl_novelty!r}")
-        check_significance(self.alpha, "alpha")
-        if self.icl_train_prompt not in ICL_TRAIN_PROMPTS:
-            raise ValueError(f"icl_train_prompt must be one of {ICL_TRAIN_PROMPTS}, got {self.icl_train_prompt!r}")
-        if self.n_base < 2:
-            raise ValueError(f"n_base must be >= 2 (the t quantile needs n >= 2), got {self.n_base}")
-        if self.plan_rounds < 0:
-            raise ValueError(f"plan_rounds must be >= 0, got {self.plan_rounds}")
-        if self.icl_k < 1:
-            raise ValueError(f"icl_k must be >= 1, got {self.icl_k}")
-        if self.rollouts_per_step < 1:
-            raise ValueError(f"rollouts_per_step must be >= 1, got {self.rollouts_per_step}")
-        if self.allocation == "fixed" and self.icl:
-            raise ValueError("allocation='fixed' generates every rollout in one batch; ICL seeding needs planning "
-                             "rounds, so it requires icl=False")
+        check_knobs(self)
+        if isinstance(self.rollouts_per_step, bool) or not isinstance(self.rollouts_per_step, int) \
+                or self.rollouts_per_step < 1:
+            raise ValueError(f"config field rollouts_per_step must be >= 1, got {self.rollouts_per_step!r}")
 
 
 @dataclass
@@ -183,22 +119,22 @@ def generate_rollouts(
 ) -> PlanResult:
     """Algorithm 1 lines 1-13: base rollouts, then planning rounds with ICL seeding. Rewards, no advantages yet.
 
-    With ``cfg.allocation == "fixed"``, ``counts[q]`` rollouts of prompt q (integers >= 0 summing to
+    With ``cfg.allocation == "cures"``, ``counts[q]`` rollouts of prompt q (integers >= 0 summing to
     ``cfg.rollouts_per_step``) are generated in one batch instead; ``counts`` is an error with any other allocation.
     """
     P = len(problems)
     if P == 0:
         raise ValueError("problems is empty")
-    if cfg.allocation == "fixed":
+    if cfg.allocation == "cures":
         if counts is None:
-            raise ValueError("allocation='fixed' needs counts (rollouts per prompt)")
+            raise ValueError("allocation='cures' needs counts (rollouts per prompt, chosen by the caller)")
         fixed = [int(c) for c in counts]
         if len(fixed) != P or any(c != c0 for c, c0 in zip(fixed, counts)) or min(fixed) < 0:
             raise ValueError(f"counts must be {P} integers >= 0 (one per prompt), got {list(counts)!r}")
         if sum(fixed) != cfg.rollouts_per_step:
             raise ValueError(f"counts sum to {sum(fixed)}, not rollouts_per_step={cfg.rollouts_per_step}")
     elif counts is not None:
-        raise ValueError(f"counts is only used with allocation='fixed', not {cfg.allocation!r}")
+        raise ValueError(f"counts is only used with allocation='cures', not {cfg.allocation!r}")
     timings = {"time/generate": 0.0, "time/verify": 0.0, "time/plan": 0.0, "time/retrieve": 0.0}
     records: list[RolloutRecord] = []
     by_prompt: list[list[float]] = [[] for _ in range(P)]
@@ -240,13 +176,13 @@ def generate_rollouts(
         # per-prompt success rates (`xrpo simulate --rounds-file`)
         return [sum(1 for r in by_prompt[q][n_before[q]:] if r >= cfg.full_reward) for q in range(P)]
 
-    if cfg.allocation != "fixed":  # the caller's counts have no phases (and need not cover n_base per prompt)
+    if cfg.allocation != "cures":  # the caller's counts have no phases (and need not cover n_base per prompt)
         t0 = time.perf_counter()
         phases = plan_phases(P, cfg.rollouts_per_step, cfg.n_base, cfg.plan_rounds)
         timings["time/plan"] += time.perf_counter() - t0
         round_budgets = list(phases.round_budgets)
 
-    if cfg.allocation == "fixed":
+    if cfg.allocation == "cures":
         # one batch of the caller's counts; the problem ids make the caller's choice of prompts visible in rounds.jsonl
         run(plain, fixed, not_seeded, 0)
         rounds.append({"round": 0, "alloc": fixed, "seeded": [], "flips": 0, "truncated": 0,
@@ -399,14 +335,14 @@ def compute_advantages(
     sample_logprobs: Sequence[Sequence[float]] | None = None,
 ) -> PlanResult:
     """Algorithm 1 line 14: GRPO advantages by group id, then (if ``cfg.sharpen``) novelty sharpening, Eq. (6).
-    With ``cfg.advantage == "tree"``: TreePO's tree advantage (+ its batch-wide normalisation when adv_scale="std").
+    With ``cfg.tree_advantage``: TreePO's tree advantage (+ its batch-wide normalisation when adv_scale="std").
 
     s(y) of Eq. (4) comes from ``token_logprobs`` (the log-probs under each rollout's training prompt; default: the
     engine's). With ``cfg.icl_novelty == "sample"`` an ICL-seeded rollout trained under another prompt is scored with
     ``sample_logprobs`` instead (the log-probs under the prompt it was sampled from; default: the engine's), with
     ``"exclude"`` it is left out of sharpening."""
     metrics: dict[str, float] = {}
-    if cfg.advantage == "tree":
+    if cfg.tree_advantage:
         adv, metrics = tree_advantages(result.rewards, tree_ancestor_ids(result.records))
         if cfg.adv_scale == "std":
             adv = global_whiten(adv, [len(x.completion_ids) for x in result.records])

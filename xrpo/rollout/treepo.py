@@ -42,7 +42,8 @@ from typing import Sequence
 import numpy as np
 
 from xrpo.algo.allocation import split_budget
-from xrpo.algo.tree import DIVERGENCE_POLICIES, branch_budget, divergence_weights, divide_width
+from xrpo.algo.config import TreePOConfig, check_knobs
+from xrpo.algo.tree import branch_budget, divergence_weights, divide_width
 from xrpo.data import Problem
 from xrpo.rollout.engine import Rollout, SamplingParams, cut_at_stop
 from xrpo.rollout.planner import PlanResult, RolloutRecord, rollout_metrics
@@ -52,41 +53,18 @@ __all__ = ["TreeConfig", "TreeNode", "SampledTree", "generate_tree_rollouts", "m
 
 
 @dataclass
-class TreeConfig:
-    """How TreePO grows its trees. Field names match the trainer's `method.tree_*` knobs (docs/methods.md)."""
+class TreeConfig(TreePOConfig):
+    """How TreePO grows its trees: the TreePO section of `xrpo.algo.config` (the trainer's ``method.tree_*``
+    knobs) and the step's number of leaves."""
 
     rollouts_per_step: int = 128
     """Leaves over all prompts of the step; each prompt's tree gets an even split (its width w)."""
-    segment_len: int = 0
-    """Most tokens a path generates per segment (TreePO: 512); 0 = ceil(max_new_tokens / max_depth)."""
-    max_depth: int = 14
-    """Most segments per path (TreePO: 14, with 14 x 512 = the 7k-token response limit)."""
-    branch: int = 2
-    """Forks per live path per segment (TreePO: 2, a binary tree unless paths stop early)."""
-    init_branch: int = 2
-    """Paths the root forks into (TreePO "Fixed Init Divergence": 2); capped at the tree's width."""
-    divergence: str = "uniform"
-    """How a tree's branching budget is split over its live paths: uniform, low_logprob or high_logprob."""
-    divergence_temp: float = 2.0
-    """Softmax temperature of the log-prob divergence policies (TreePO §4.4: 2.0)."""
-    fallback: bool = True
-    """Re-expand finished paths when a tree runs out of live paths before reaching its width."""
 
     def __post_init__(self):
-        for name in ("rollouts_per_step", "max_depth", "branch", "init_branch"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"TreeConfig.{name} must be an int >= 1, got {v!r}")
-        if isinstance(self.segment_len, bool) or not isinstance(self.segment_len, int) or self.segment_len < 0:
-            raise ValueError(f"TreeConfig.segment_len must be an int >= 0 (0: derived), got {self.segment_len!r}")
-        if self.divergence not in DIVERGENCE_POLICIES:
-            raise ValueError(f"TreeConfig.divergence must be one of {DIVERGENCE_POLICIES}, got {self.divergence!r}")
-        if not self.divergence_temp > 0:
-            raise ValueError(f"TreeConfig.divergence_temp must be > 0, got {self.divergence_temp!r}")
-
-    def segment_tokens(self, max_new_tokens: int) -> int:
-        """The segment length in tokens for completions of at most `max_new_tokens`."""
-        return self.segment_len or math.ceil(max_new_tokens / self.max_depth)
+        check_knobs(self)
+        if isinstance(self.rollouts_per_step, bool) or not isinstance(self.rollouts_per_step, int) \
+                or self.rollouts_per_step < 1:
+            raise ValueError(f"config field rollouts_per_step must be >= 1, got {self.rollouts_per_step!r}")
 
 
 @dataclass
@@ -188,7 +166,7 @@ def generate_tree_rollouts(
     counts_before = dict(getattr(engine, "token_counts", {}) or {})
 
     # requests: (tree, node to continue, number of children, started by the fallback)
-    requests = [(t, 0, min(cfg.init_branch, t.width), False) for t in trees if t.width > 0]
+    requests = [(t, 0, min(cfg.tree_init_branch, t.width), False) for t in trees if t.width > 0]
     calls = step = 0
     reuse = getattr(engine, "reuse_prefixes", None)
     with reuse() if callable(reuse) else contextlib.nullcontext():
@@ -213,8 +191,8 @@ def generate_tree_rollouts(
             live: dict[int, list[int]] = {id(t): [] for t in trees}
             for (t, n, _, by_fallback), rollouts in results:
                 for r in rollouts:
-                    child, reason, text = _attach(t, n, r, sampling.stop, decode, max_new, cfg.max_depth, by_fallback,
-                                                  step)
+                    child, reason, text = _attach(t, n, r, sampling.stop, decode, max_new, cfg.tree_max_depth,
+                                                  by_fallback, step)
                     if reason is None:
                         live[id(t)].append(child)
                     else:
@@ -226,11 +204,12 @@ def generate_tree_rollouts(
                 paths = live[id(t)]
                 if paths:
                     # Alg. 1 line 14: the branching budget, split over the live paths
-                    total = branch_budget(t.width, len(t.leaves), finished_now[id(t)], len(paths), cfg.branch)
+                    total = branch_budget(t.width, len(t.leaves), finished_now[id(t)], len(paths), cfg.tree_branch)
                     last = [np.mean(t.nodes[p].logprobs[t.nodes[p].start:]) for p in paths]
-                    counts = divide_width(total, divergence_weights(last, cfg.divergence, cfg.divergence_temp))
+                    weights = divergence_weights(last, cfg.tree_divergence, cfg.tree_divergence_temp)
+                    counts = divide_width(total, weights)
                     requests.extend((t, p, int(c), False) for p, c in zip(paths, counts))
-                elif cfg.fallback and len(t.leaves) < t.width:
+                elif cfg.tree_fallback and len(t.leaves) < t.width:
                     requests.extend(_fallback(t, rng, cfg))
 
     records: list[RolloutRecord] = []
@@ -314,9 +293,9 @@ def _fallback(t: SampledTree, rng: np.random.Generator, cfg: TreeConfig) -> list
             ancestor = 0
         else:
             path = t.path(leaf)
-            keep = min(int(rng.integers(0, len(path))), cfg.max_depth - 1)
+            keep = min(int(rng.integers(0, len(path))), cfg.tree_max_depth - 1)
             ancestor = path[keep - 1] if keep > 0 else 0
-        c = min(cfg.branch, remaining)
+        c = min(cfg.tree_branch, remaining)
         out.append((t, ancestor, c, True))
         remaining -= c
         t.fallback_paths += c

@@ -3,6 +3,11 @@
 A config is built from, in order of precedence (last wins): the dataclass defaults, the method preset named by
 ``method.name`` (`xrpo.algo.presets`), a YAML file, and ``section.field=value`` overrides from the command line.
 Cross-field checks run in `TrainConfig.validate()` before any model is loaded.
+
+The method's knobs are declared once, in the sections of `xrpo.algo.config`; `MethodConfig` (and `RolloutConfig` for
+the ICL prompt knobs) inherit them, so a knob keeps its flat key (``method.lam_nov``), as in verl's
+``algorithm.xrpo.lam_nov``: no alias table. Values are converted to each field's declared type by pydantic's
+`TypeAdapter` (a command-line string is read as YAML first, except for a str field).
 """
 from __future__ import annotations
 
@@ -10,13 +15,19 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from xrpo.algo.allocation import check_significance
+from pydantic import TypeAdapter, ValidationError
+
+from xrpo.algo.config import (
+    AdvantageConfig, AllocationConfig, BatchConfig, CuresConfig, ICLConfig, ICLPromptConfig, LossConfig, SharpenConfig,
+    TreePOConfig, check_knobs,
+)
 from xrpo.algo.presets import get_preset, list_presets
 
 @dataclass
@@ -70,97 +81,16 @@ class DataConfig:
     """Prompts longer than this are an error; ICL prompts are truncated to fit it."""
 
 @dataclass
-class MethodConfig:
-    name: str = "xrpo"
-    """Method preset: sets every knob below unless overridden (see docs/methods.md)."""
-    adv_scale: str = "std"
-    """Group normalisation of advantages: "std" (GRPO) or "none" (Dr. GRPO)."""
-    policy_loss: str = "vanilla"
-    """Policy loss from the registry: vanilla (token-level clip), gspo, gspo_token."""
-    clip_low: float = 0.2
-    """Lower clip epsilon of the importance ratio."""
-    clip_high: float = 0.28
-    """Upper clip epsilon of the importance ratio (DAPO clip-higher)."""
-    loss_agg: str = "token-mean"
-    """Loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum-norm."""
-    kl_coef: float = 0.001
-    """beta of the KL term against the frozen reference model (0 disables the reference model)."""
-    kl_estimator: str = "k3"
-    """KL estimator: k3 or k1."""
-    allocation: str = "hrp"
-    """Rollout allocation: hrp (XRPO's hierarchical planning), uniform, or cures (CurES: prompts drawn from the Beta
-    posterior of their accuracy, rollouts in proportion to the estimated gradient std; the cures_* knobs)."""
-    n_base: int = 4
-    """Base rollouts per prompt before planning."""
-    plan_rounds: int = 2
-    """Planning rounds that split the rest of the step's budget."""
-    alpha: float = 0.05
-    """Significance level of the Student-t confidence interval of Eq. (1), whose confidence is 1 - alpha: 0.05 for a
-    95% interval; must be in (0, 0.5) (the paper's sensitivity table writes the confidence, 0.95, as alpha)."""
-    lam: float = 0.1
-    """Exploration-bonus weight lambda."""
-    alloc_mode: str = "proportional"
-    """proportional (the paper) or greedy allocation within a round."""
-    icl: bool = True
-    """ICL seeding of prompts with no success."""
-    icl_k: int = 2
-    """Examples per ICL prompt."""
-    sharpen: bool = True
-    """Novelty-guided advantage sharpening, Eq. (6)."""
-    icl_novelty: str = "train"
-    """Sharpening of ICL-seeded rollouts trained under the original prompt: "train" scores their s(y) (Eq. 4) under
-    the prompt they are trained under (where they look novel), "sample" under the ICL prompt they were sampled from,
-    "exclude" leaves them out of sharpening (docs/methods.md, "Sharpening and ICL-seeded rollouts")."""
-    lam_nov: float = 2.5
-    """lambda_nov of Eq. (6)."""
-    kappa_clip: float = 0.5
-    """kappa_clip of Eq. (6)."""
-    dynamic_sampling: bool = False
-    """DAPO dynamic sampling: drop groups whose rewards are all equal and refill from new prompts."""
-    max_gen_batches: int = 3
-    """DAPO: at most this many generation batches per step when refilling."""
-    sampler: str = "independent"
-    """How a step's rollouts are sampled: "independent" (each from its prompt: GRPO, XRPO's planner) or "tree"
-    (TreePO: each prompt's rollouts grown as a tree of segments, xrpo.rollout.treepo; its width is the prompt's even
-    share of rollout.rollouts_per_step)."""
-    tree_segment_len: int = 0
-    """TreePO: most tokens per segment; 0 = ceil(rollout.max_new_tokens / tree_max_depth) (TreePO: 512 of 7,168)."""
-    tree_max_depth: int = 14
-    """TreePO: most segments per path (TreePO: 14)."""
-    tree_branch: int = 2
-    """TreePO: forks per live path per segment (TreePO: 2, a binary tree)."""
-    tree_init_branch: int = 2
-    """TreePO: paths the root forks into (TreePO's "Fixed Init Divergence": 2)."""
-    tree_divergence: str = "uniform"
-    """TreePO: split of a tree's branching budget over its live paths: uniform, low_logprob (more forks for unlikely
-    last segments) or high_logprob."""
-    tree_divergence_temp: float = 2.0
-    """TreePO: softmax temperature of the log-prob divergence policies (TreePO §4.4: 2.0)."""
-    tree_fallback: bool = True
-    """TreePO: re-expand a finished path from a random segment boundary when a tree runs out of live paths before it
-    has its width of leaves."""
-    tree_advantage: bool = False
-    """TreePO's tree advantage (sub-group advantages of every ancestor sub-tree, averaged per leaf; with
-    adv_scale=std normalised over the whole batch) instead of GRPO's group advantage."""
+class MethodConfig(CuresConfig, TreePOConfig, BatchConfig, SharpenConfig, ICLConfig, AllocationConfig, AdvantageConfig,
+                   LossConfig):
+    """The method: the knob sections of `xrpo.algo.config` under their own flat names (``method.lam_nov=3``)."""
 
-    # -- CurES (allocation=cures; docs/methods.md, CurES)
-    cures_prior_alpha: float = 1.0
-    """CurES: alpha_0 of the Beta prior of every problem's accuracy (CurES code: Beta(1, 1))."""
-    cures_prior_beta: float = 1.0
-    """CurES: beta_0 of the Beta prior (CurES code: 1)."""
-    cures_temp_scale: float = 100.0
-    """CurES: c of the per-prompt temperature T_i = c * alpha_i in P_i ~ exp(sqrt(p_i (1 - p_i)) / T_i) (CurES code:
-    1 / 1e-2; within 0.5% of uniform sampling, smaller is sharper)."""
-    cures_warmup_rollouts: int = 4
-    """CurES: rollouts of every training problem before step 1 that initialise the posterior (CurES code:
-    num_rollout_min = 4); counted in summary.json (cures.warmup_rollouts); 0 skips the warm-up."""
-    cures_min_count: int = 2
-    """CurES: the least rollouts a drawn prompt gets (xrpo: 2, so its group has a reward variance)."""
-    cures_success_threshold: float = 0.5
-    """CurES: a rollout counts as a success in the posterior when its reward exceeds this (CurES code: 0.5)."""
+    name: str = "xrpo"
+    """Method preset: sets the knobs it changes from these defaults (XRPO's setting) unless overridden (see
+    docs/methods.md)."""
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(ICLPromptConfig):
     prompts_per_step: int = 16
     """Prompts per training step (paper: batch size 16)."""
     rollouts_per_step: int = 128
@@ -201,10 +131,6 @@ class RolloutConfig:
     icl_fewshot_example: str | None = None
     """fewshot style: how one solved example is written, with {problem} and {solution} (None: the prompt template
     with the example's problem, followed by its solution)."""
-    icl_train_prompt: str = "original"
-    """Train ICL-seeded rollouts under the original prompt or the icl prompt."""
-    icl_min_similarity: float = 0.0
-    """Neighbours below this cosine similarity are not used as ICL examples."""
     embedder: str = "wordllama"
     """Embedder for ICL retrieval: wordllama (offline default), minilm, hash, or a sentence-transformers path."""
     icl_corpus: str | None = None
@@ -283,66 +209,22 @@ class TrainConfig:
         m, r, o = self.method, self.rollout, self.optim
         _check(self.steps >= 1, "steps", "must be >= 1", self.steps)
         _check(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1", r.prompts_per_step)
-        _check(m.n_base >= 2, "method.n_base", "must be >= 2 (the t quantile needs n >= 2)", m.n_base)
-        if m.sampler != "tree":  # n_base is the planner's base round; the tree sampler has none
+        check_knobs(m, "method.")
+        check_knobs(r, "rollout.")
+        if m.sampler == "tree":
+            _check(r.rollouts_per_step >= r.prompts_per_step, "rollout.rollouts_per_step",
+                   f"must be >= rollout.prompts_per_step = {r.prompts_per_step} with method.sampler=tree (a tree "
+                   "needs at least one leaf)", r.rollouts_per_step)
+        else:  # n_base is the planner's base round; the tree sampler has none
             _check(
                 r.rollouts_per_step >= m.n_base * r.prompts_per_step, "rollout.rollouts_per_step",
                 f"must be >= method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step}",
                 r.rollouts_per_step,
             )
-        check_significance(m.alpha, "config field method.alpha")
-        _check(m.lam >= 0, "method.lam", "must be >= 0", m.lam)
-        _check(m.kl_coef >= 0, "method.kl_coef", "must be >= 0", m.kl_coef)
-        _check(m.clip_low >= 0 and m.clip_high >= 0, "method.clip_low/clip_high", "must be >= 0",
-               (m.clip_low, m.clip_high))
-        _check(m.allocation in ("hrp", "uniform", "cures"), "method.allocation", "must be hrp, uniform or cures",
-               m.allocation)
         if m.allocation == "cures":
-            _check(not m.icl, "method.icl", "must be false with allocation=cures (CurES generates each step in one "
-                   "batch; ICL seeding needs XRPO's planning rounds)", m.icl)
-            _check(not m.dynamic_sampling, "method.dynamic_sampling", "must be false with allocation=cures (CurES "
-                   "chooses its own prompts)", m.dynamic_sampling)
-            _check(0 < m.cures_prior_alpha < float("inf") and 0 < m.cures_prior_beta < float("inf"),
-                   "method.cures_prior_alpha/cures_prior_beta", "must be finite numbers > 0",
-                   (m.cures_prior_alpha, m.cures_prior_beta))
-            _check(m.cures_temp_scale > 0 and m.cures_temp_scale < float("inf"), "method.cures_temp_scale",
-                   "must be a finite number > 0", m.cures_temp_scale)
-            _check(abs(m.cures_success_threshold) < float("inf"), "method.cures_success_threshold",
-                   "must be a finite number", m.cures_success_threshold)
-            _check(m.cures_warmup_rollouts >= 0, "method.cures_warmup_rollouts", "must be >= 0",
-                   m.cures_warmup_rollouts)
-            _check(m.cures_min_count >= 2, "method.cures_min_count", "must be >= 2 (a group of one has no reward "
-                   "variance)", m.cures_min_count)
             _check(r.rollouts_per_step >= m.cures_min_count * r.prompts_per_step, "rollout.rollouts_per_step",
                    f"must be >= method.cures_min_count x rollout.prompts_per_step = "
                    f"{m.cures_min_count * r.prompts_per_step}", r.rollouts_per_step)
-        _check(m.adv_scale in ("std", "none"), "method.adv_scale", "must be std or none", m.adv_scale)
-        _check(m.kl_estimator in ("k1", "k3"), "method.kl_estimator", "must be k1 or k3", m.kl_estimator)
-        _check(m.icl_novelty in ("train", "sample", "exclude"), "method.icl_novelty",
-               "must be train, sample or exclude", m.icl_novelty)
-        _check(m.loss_agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"), "method.loss_agg",
-               "must be token-mean, seq-mean-token-mean or seq-mean-token-sum-norm", m.loss_agg)
-        _check(m.max_gen_batches >= 1, "method.max_gen_batches", "must be >= 1", m.max_gen_batches)
-        _check(m.sampler in ("independent", "tree"), "method.sampler", "must be independent or tree", m.sampler)
-        if m.sampler == "tree":
-            # the tree sampler grows every prompt's rollouts at once: nothing to plan per round, no ICL prompt
-            _check(m.allocation == "uniform", "method.allocation",
-                   "must be uniform with method.sampler=tree (hierarchical planning allocates rounds of independent "
-                   "rollouts; a tree's width is the prompt's even share)", m.allocation)
-            _check(not m.icl, "method.icl", "must be false with method.sampler=tree (ICL seeding draws independent "
-                   "rollouts from an ICL prompt)", m.icl)
-            _check(r.rollouts_per_step >= r.prompts_per_step, "rollout.rollouts_per_step",
-                   f"must be >= rollout.prompts_per_step = {r.prompts_per_step} with method.sampler=tree (a tree "
-                   "needs at least one leaf)", r.rollouts_per_step)
-        _check(not (m.tree_advantage and m.sharpen), "method.sharpen",
-               "must be false with method.tree_advantage=true (Eq. 6 sharpens GRPO's group advantage, which the tree "
-               "advantage replaces)", m.sharpen)
-        _check(m.tree_segment_len >= 0, "method.tree_segment_len", "must be >= 0 (0: derived)", m.tree_segment_len)
-        for name in ("tree_max_depth", "tree_branch", "tree_init_branch"):
-            _check(getattr(m, name) >= 1, f"method.{name}", "must be >= 1", getattr(m, name))
-        _check(m.tree_divergence in ("uniform", "low_logprob", "high_logprob"), "method.tree_divergence",
-               "must be uniform, low_logprob or high_logprob", m.tree_divergence)
-        _check(m.tree_divergence_temp > 0, "method.tree_divergence_temp", "must be > 0", m.tree_divergence_temp)
         _check(r.temperature > 0, "rollout.temperature",
                "must be > 0 (old log-probs and the policy forward divide the logits by it, as verl does; greedy "
                "rollouts of a prompt would all be the same, with no advantage)", r.temperature)
@@ -368,8 +250,6 @@ class TrainConfig:
         if self.data.prompt_template is not None:
             _check("{prompt}" in self.data.prompt_template, "data.prompt_template", "must contain {prompt}",
                    self.data.prompt_template)
-        _check(r.icl_train_prompt in ("original", "icl"), "rollout.icl_train_prompt", "must be original or icl",
-               r.icl_train_prompt)
         _check(o.lr > 0, "optim.lr", "must be > 0", o.lr)
         _check(o.schedule in ("constant", "cosine"), "optim.schedule", "must be constant or cosine", o.schedule)
         _check(o.old_logprobs in ("auto", "recompute", "reuse"), "optim.old_logprobs",
@@ -396,41 +276,48 @@ SECTIONS = {"model": ModelConfig, "data": DataConfig, "method": MethodConfig, "r
             "optim": OptimConfig}
 
 # -- building a config ------------------------------------------------------------------------------------------
-def _coerce(value: Any, current: Any, name: str, ftype: str = "") -> Any:
-    """Convert a YAML/CLI value to the field's type (declared ``ftype``, else the type of its current value)."""
-    ftype = ftype.replace(" ", "")
-    if isinstance(value, str) and ftype in ("str", "str|None"):
-        # strings are taken verbatim (a prompt template like "Q: {prompt}" is not YAML); "null" clears an optional
-        return None if ftype == "str|None" and value in ("null", "None", "~") else value
-    if isinstance(value, str) and not isinstance(current, str):
-        try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError as e:
-            raise ValueError(f"config field {name}: cannot parse {value!r}: {e}") from None
-    if value is None:
-        return None
-    if isinstance(value, str) and isinstance(current, float):
-        try:  # YAML 1.1 reads "3e-5" (no dot) as a string
-            value = float(value)
-        except ValueError:
-            pass
-    if isinstance(current, bool) and not isinstance(value, bool):
-        raise ValueError(f"config field {name} expects true/false, got {value!r}")
-    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(current, int) and not isinstance(current, bool) and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(current, list) and isinstance(value, (str, int, float)):
-        value = [value]
-    if current is not None and not isinstance(value, type(current)) and not (
-        isinstance(current, float) and isinstance(value, int)
-    ):
-        raise ValueError(
-            f"config field {name} expects {type(current).__name__}, got {type(value).__name__} {value!r}"
-        )
-    return value
+def _strip_optional(ftype: Any) -> tuple[Any, bool]:
+    args = typing.get_args(ftype)
+    if type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]), True
+    return ftype, False
 
-def _set(cfg: TrainConfig, key: str, value: Any, explicit: set[str]) -> None:
+
+def _type_name(ftype: Any) -> str:
+    base, optional = _strip_optional(ftype)
+    name = "true/false" if base is bool else getattr(base, "__name__", None) or str(base).replace("typing.", "")
+    if typing.get_origin(base) is list:
+        name = f"list[{getattr(typing.get_args(base)[0], '__name__', '?')}]" if typing.get_args(base) else "list"
+    return f"{name} or null" if optional else name
+
+
+def _coerce(value: Any, name: str, ftype: Any) -> Any:
+    """A YAML/CLI value as the field's declared type ``ftype`` (pydantic's lax conversions, except that a bool field
+    takes only true/false); a string from the command line is read as YAML first, except for a str field."""
+    base, optional = _strip_optional(ftype)
+    if isinstance(value, str):
+        if optional and value in ("null", "None", "~"):
+            return None
+        if base is not str:  # strings are taken verbatim (a prompt template like "Q: {prompt}" is not YAML)
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError as e:
+                raise ValueError(f"config field {name}: cannot parse {value!r}: {e}") from None
+    if isinstance(value, bool) and base in (int, float):
+        raise ValueError(f"config field {name} expects {_type_name(ftype)}, got {value!r}")
+    if typing.get_origin(base) is list and isinstance(value, (str, int, float)):
+        value = [value]  # eval_k=4 means [4]
+    try:
+        return TypeAdapter(ftype).validate_python(value, strict=True if base is bool else None)
+    except ValidationError as e:
+        why = "; ".join(err["msg"] for err in e.errors())
+        raise ValueError(
+            f"config field {name} expects {_type_name(ftype)}, got {type(value).__name__} {value!r} ({why})"
+        ) from None
+
+
+def _set(cfg: TrainConfig, key: str, value: Any) -> None:
     parts = key.split(".")
     if len(parts) == 1:
         obj, attr = cfg, parts[0]
@@ -442,9 +329,8 @@ def _set(cfg: TrainConfig, key: str, value: Any, explicit: set[str]) -> None:
     if attr not in valid or attr in SECTIONS:
         where = parts[0] if len(parts) == 2 else "top level"
         raise ValueError(f"unknown config key {key!r}: {where} has fields {[v for v in valid if v not in SECTIONS]}")
-    ftype = next(f.type for f in fields(obj) if f.name == attr)
-    setattr(obj, attr, _coerce(value, getattr(obj, attr), key, str(ftype)))
-    explicit.add(key)
+    setattr(obj, attr, _coerce(value, key, typing.get_type_hints(type(obj))[attr]))
+
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     out = {}
@@ -473,7 +359,6 @@ def build_config(yaml_path: str | None = None, overrides: list[str] | None = Non
         k, v = item.split("=", 1)
         values[k.strip()] = v
     cfg = TrainConfig()
-    explicit: set[str] = set()
     name = values.pop("method.name", None)
     if isinstance(name, str):
         name = name.strip()
@@ -484,7 +369,7 @@ def build_config(yaml_path: str | None = None, overrides: list[str] | None = Non
             raise ValueError(f"preset {cfg.method.name!r} sets unknown knob {knob!r}")
         setattr(cfg.method, knob, value)
     for k, v in values.items():
-        _set(cfg, k, v, explicit)
+        _set(cfg, k, v)
     return cfg.validate()
 
 def to_dict(cfg: TrainConfig) -> dict:
@@ -493,17 +378,25 @@ def to_dict(cfg: TrainConfig) -> dict:
 def from_dict(d: dict) -> TrainConfig:
     """Exact inverse of `to_dict` (used to reload a run's config.yaml on resume)."""
     cfg = TrainConfig()
-    explicit: set[str] = set()
     for k, v in _flatten(d).items():
         if k == "method.name":
             cfg.method.name = v
             continue
-        _set(cfg, k, v, explicit)
+        _set(cfg, k, v)
     return cfg.validate()
 
 # -- help text from the field docstrings ------------------------------------------------------------------------
 def field_docs(cls) -> dict[str, str]:
-    """The docstring under each dataclass field (attribute docstrings are not kept at run time; read the source)."""
+    """The docstring under each dataclass field, inherited ones included (attribute docstrings are not kept at run
+    time; read the source)."""
+    docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base) and base.__module__.startswith("xrpo."):
+            docs.update(_own_field_docs(base))
+    return docs
+
+
+def _own_field_docs(cls) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body
     docs = {}
@@ -522,7 +415,7 @@ def help_text() -> str:
         docs = field_docs(cls)
         if prefix:
             lines.append(f"[{prefix[:-1]}]")
-        for f in fields(cls):
+        for f in sorted(fields(cls), key=lambda f: f.name != "name"):  # method.name first, then its knobs
             if f.name in SECTIONS:
                 continue
             lines.append(f"  {prefix}{f.name} = {getattr(obj, f.name)!r}")

@@ -8,9 +8,9 @@ critic warm-up). The hydra configs next to this file: ``xrpo_base.yaml`` holds t
 defaults and the verl settings XRPO needs (estimator, reward function, KL loss, legacy driver); ``xrpo_trainer.yaml``
 is verl's ``ppo_trainer`` followed by it.
 
-Field names and meanings are those of `xrpo.rollout.planner.PlanConfig` (the single-machine planner), whose checks are
-reused; the step's rollout budget is verl's ``data.train_batch_size * actor_rollout_ref.rollout.n`` unless
-``rollouts_per_step`` sets it.
+The knobs are the sections of `xrpo.algo.config` that the single-machine planner (`xrpo.rollout.planner.PlanConfig`)
+and trainer embed too, with their names, defaults and checks; the step's rollout budget is verl's
+``data.train_batch_size * actor_rollout_ref.rollout.n`` unless ``rollouts_per_step`` sets it.
 """
 from __future__ import annotations
 
@@ -19,43 +19,24 @@ from typing import Any, Optional
 
 from verl.base_config import BaseConfig
 
-from xrpo.algo.allocation import check_significance
+from xrpo.algo.config import (
+    AllocationConfig, ICLConfig, ICLPromptConfig, SharpenConfig, check_knobs, section_values,
+)
 from xrpo.rollout.planner import PlanConfig
 
 __all__ = ["BATCH_ALIGN", "XRPOConfig", "rollouts_per_step", "validate_xrpo_config", "xrpo_config"]
 
 BATCH_ALIGN = ("pad", "trim")
+VERL_ALLOCATIONS = ("hrp", "uniform")
 
 
 @dataclass
-class XRPOConfig(BaseConfig):
-    """XRPO's knobs under ``algorithm.xrpo`` (defaults: the paper's §4.1 and Table 4's default row)."""
+class XRPOConfig(BaseConfig, SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig):
+    """XRPO's knobs under ``algorithm.xrpo``: the allocation, ICL and sharpening sections of `xrpo.algo.config`
+    (defaults: the paper's §4.1 and Table 4's default row), the step's budget, the ICL corpus and verl's batch."""
 
-    n_base: int = 4
-    """Rollouts every prompt gets before planning (paper §4.1: 4); >= 2, the t quantile of Eq. (1) needs n >= 2."""
-    plan_rounds: int = 2
-    """Planning rounds that share the rest of the step's budget (paper §4.1: 2)."""
     rollouts_per_step: Optional[int] = None
     """Rollouts of the whole step, base rollouts included; None = data.train_batch_size * rollout.n."""
-    allocation: str = "hrp"
-    """"hrp" (priority Pi_q = Delta_q + phi_q, Eq. 3) or "uniform" (the w/o-HRP ablation)."""
-    alpha: float = 0.05
-    """Significance level of the Student-t confidence interval of Eq. (1), whose confidence is 1 - alpha (0.05 for a
-    95% interval); in (0, 0.5): the paper's sensitivity table writes the confidence, 0.95, as alpha."""
-    lam: float = 0.1
-    """Exploration weight lambda of phi_q = lambda * sqrt(log(1 + T) / n_q)."""
-    alloc_mode: str = "proportional"
-    """"proportional" (the paper) or "greedy" (one rollout at a time to the argmax of Pi_q)."""
-    max_extra_per_prompt: Optional[int] = None
-    """Cap on the extra rollouts one prompt may receive in one round (None = no cap)."""
-    icl: bool = True
-    """ICL seeding of prompts with no success so far (§3.2); False = the w/o-ICL ablation."""
-    icl_k: int = 2
-    """Solved examples per ICL prompt (paper: 2)."""
-    icl_min_similarity: float = 0.0
-    """Retrieved problems below this cosine similarity are not used."""
-    icl_train_prompt: str = "original"
-    """Train ICL-seeded rollouts under the "original" prompt (default) or the "icl" prompt they were sampled from."""
     embedder: str = "wordllama"
     """Embedder of the ICL corpus (xrpo.icl.get_embedder): "wordllama", "minilm", "hash" or a sentence-transformers
     model such as the paper's Qwen/Qwen3-Embedding-8B."""
@@ -63,14 +44,6 @@ class XRPOConfig(BaseConfig):
     """Verified solutions kept per problem in the corpus."""
     corpus_init: Optional[str] = None
     """Optional JSONL of seed solutions (Algorithm 1's C_init), read by xrpo.icl.ICLCorpus.from_jsonl."""
-    sharpen: bool = True
-    """Novelty-guided advantage sharpening, Eq. (6); False = the w/o-AS ablation."""
-    lam_nov: float = 2.5
-    """lambda_nov of Eq. (6) (paper §4.1: 2.5)."""
-    kappa_clip: float = 0.5
-    """kappa_clip of Eq. (6) (paper §4.1: 0.5)."""
-    full_reward: float = 1.0
-    """Reward at or above which a rollout counts as correct (sharpening, ICL success, corpus)."""
     epsilon: float = 1e-6
     """Added to the group std of GRPO's advantage (verl's epsilon)."""
     batch_align: str = "pad"
@@ -79,17 +52,19 @@ class XRPOConfig(BaseConfig):
     with use_kl_loss they still carry a KL gradient, lost with them), then pads."""
 
     def __post_init__(self):
-        check_significance(self.alpha, "algorithm.xrpo.alpha")
-        # the planner's own checks (n_base >= 2, known allocation / icl_train_prompt, ...); its budget is checked
-        # against the batch later, in validate_xrpo_config
-        self.plan_config(rollouts_per_step=self.rollouts_per_step or 1)
+        where = "algorithm.xrpo."
+        if self.allocation not in VERL_ALLOCATIONS:
+            raise ValueError(f"config field {where}allocation must be one of hrp or uniform (CurES runs on xrpo's own "
+                             f"trainer only), got {self.allocation!r}")
+        check_knobs(self, where)
+        if self.icl_novelty != "train":
+            raise ValueError(f"config field {where}icl_novelty must be train (the xrpo advantage estimator scores s(y) "
+                             f"with the old log-probs, under the prompt each row is trained under), got "
+                             f"{self.icl_novelty!r}")
         if self.rollouts_per_step is not None and self.rollouts_per_step < 1:
             raise ValueError(f"algorithm.xrpo.rollouts_per_step must be >= 1 or null, got {self.rollouts_per_step}")
-        if self.alloc_mode not in ("proportional", "greedy"):
-            raise ValueError(f"algorithm.xrpo.alloc_mode must be 'proportional' or 'greedy', got {self.alloc_mode!r}")
-        for name in ("lam", "lam_nov", "kappa_clip", "epsilon", "icl_min_similarity"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"algorithm.xrpo.{name} must be >= 0, got {getattr(self, name)}")
+        if self.epsilon < 0:
+            raise ValueError(f"algorithm.xrpo.epsilon must be >= 0, got {self.epsilon}")
         if self.corpus_max_per_problem < 1:
             raise ValueError(f"algorithm.xrpo.corpus_max_per_problem must be >= 1, got {self.corpus_max_per_problem}")
         if self.batch_align not in BATCH_ALIGN:
@@ -98,13 +73,10 @@ class XRPOConfig(BaseConfig):
             raise ValueError("algorithm.xrpo.embedder must name an embedder (e.g. 'wordllama')")
 
     def plan_config(self, rollouts_per_step: int) -> PlanConfig:
-        """The single-machine planner's config with these knobs (its __post_init__ validates them)."""
+        """The single-machine planner's config with these knobs (the sections both embed)."""
         return PlanConfig(
-            rollouts_per_step=rollouts_per_step, n_base=self.n_base, plan_rounds=self.plan_rounds,
-            allocation=self.allocation, alpha=self.alpha, lam=self.lam, alloc_mode=self.alloc_mode,
-            max_extra_per_prompt=self.max_extra_per_prompt, icl=self.icl, icl_k=self.icl_k,
-            icl_min_similarity=self.icl_min_similarity, icl_train_prompt=self.icl_train_prompt,
-            sharpen=self.sharpen, lam_nov=self.lam_nov, kappa_clip=self.kappa_clip, full_reward=self.full_reward,
+            rollouts_per_step=rollouts_per_step,
+            **section_values(self, AllocationConfig, ICLConfig, ICLPromptConfig, SharpenConfig),
         )
 
 
