@@ -37,12 +37,12 @@ from typing import Sequence
 
 import numpy as np
 
-from xrpo.algo.advantages import group_advantages, length_normalized_loglik, sharpen_advantages
+from xrpo.algo.advantages import get_advantage, length_normalized_loglik, sharpen_advantages
 from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
 from xrpo.algo.config import (
     AdvantageConfig, AllocationConfig, ICLConfig, ICLPromptConfig, SharpenConfig, check_knobs,
 )
-from xrpo.algo.tree import global_whiten, tree_advantages
+from xrpo.algo.tree import TreeStructure
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
@@ -341,14 +341,12 @@ def compute_advantages(
     engine's). With ``cfg.icl_novelty == "sample"`` an ICL-seeded rollout trained under another prompt is scored with
     ``sample_logprobs`` instead (the log-probs under the prompt it was sampled from; default: the engine's), with
     ``"exclude"`` it is left out of sharpening."""
-    metrics: dict[str, float] = {}
+    tree = None
     if cfg.tree_advantage:
-        adv, metrics = tree_advantages(result.rewards, tree_ancestor_ids(result.records))
-        if cfg.adv_scale == "std":
-            adv = global_whiten(adv, [len(x.completion_ids) for x in result.records])
-    else:
-        adv = group_advantages(result.rewards, result.group_ids, scale=cfg.adv_scale)
-    metrics.update({"adv/mean": float(np.mean(adv)), "adv/abs_mean": float(np.mean(np.abs(adv)))})
+        tree = TreeStructure(tree_ancestor_ids(result.records),
+                             np.array([len(x.completion_ids) for x in result.records]))
+    kind = get_advantage("tree" if cfg.tree_advantage else "group")
+    adv, metrics = kind(result.rewards, result.group_ids, scale=cfg.adv_scale, tree=tree)
     if cfg.sharpen:
         recs = result.records
         # ICL-seeded rollouts whose training prompt is not the prompt they were sampled from

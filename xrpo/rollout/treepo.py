@@ -33,7 +33,6 @@ path, and a path cut by max_depth is reported with finish_reason "length".
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import time
 from dataclasses import dataclass, field, replace
