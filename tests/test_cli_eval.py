@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from xrpo.cli import main
-from xrpo.eval.metrics import majority_vote, mean_pass_at_k
+from xrpo.algo.passk import majority_vote, mean_pass_at_k
 
 PNG = b"\x89PNG\r\n\x1a\n"
 VERIFIER = textwrap.dedent('''

@@ -11,7 +11,7 @@ import pytest
 
 from xrpo.data import DataError
 from xrpo.eval.evaluate import EvalConfig, default_ks, evaluate, parse_data_spec
-from xrpo.eval.metrics import majority_vote, mean_pass_at_k
+from xrpo.algo.passk import majority_vote, mean_pass_at_k
 
 
 class Interrupt(Exception):
