@@ -134,7 +134,7 @@ def test_eval_missing_data_and_model(env, tmp_path, capsys):
 
 
 def test_help_lists_every_option(capsys):
-    from xrpo.eval.evaluate import EvalConfig
+    from xrpo.eval.config import EvalConfig
 
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
