@@ -19,7 +19,8 @@ def test_default_chunk_size():
 
 
 def test_resolved_n():
-    assert EvalConfig().resolved_n() == 32
+    # the paper's protocol (§4.1): n = 32 samples at temperature 1.0, top-p 0.95
+    assert (EvalConfig().resolved_n(), EvalConfig().temperature, EvalConfig().top_p) == (32, 1.0, 0.95)
     assert EvalConfig(n=8).resolved_n() == 8
     assert EvalConfig(greedy=True).resolved_n() == 1
 
