@@ -45,7 +45,7 @@ def test_package_names_local_directories_and_hub_ids(tmp_path, monkeypatch):
 
 
 def test_gguf_file_is_not_passed_for_a_checkpoint_without_it(tmp_path):
-    # a run that starts from a GGUF file saves its checkpoints with save_pretrained: resume loads those without gguf_file
+    # a run that starts from GGUF saves its checkpoints with save_pretrained: resume loads those without gguf_file
     start = tmp_path / "start"
     start.mkdir()
     (start / "model-q8.gguf").write_bytes(b"GGUF")

@@ -86,7 +86,7 @@ def evaluate(cfg: EvalConfig, *, log: Callable[[str], None] = print,
         # written once everything loaded: a typo in a model path or verifier name leaves no settings behind
         store.save_settings(out, settings)
         chunk = settings["chunk_size"]
-        for name, spec, problems, _ in datasets:
+        for name, _, problems, _ in datasets:
             if len(done[name]) == len(problems):
                 continue
             prompts, extra = None, {pid: {"prompt_sha": sha} for pid, sha in prompt_shas[name].items()}

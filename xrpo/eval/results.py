@@ -18,7 +18,7 @@ def make_results(cfg: EvalConfig, settings: dict, datasets, records_by_ds, n: in
     from xrpo.rollout.validate import score_records
 
     per_ds = {}
-    for name, spec, problems, info in datasets:
+    for name, spec, _, info in datasets:
         recs = records_by_ds[name]
         m = score_records(recs, n, ks, prefix="")
         if n == 1:
