@@ -195,7 +195,7 @@ def prebuild_default_model(cfg) -> None:
     """Build the cached default model here, once, rather than in two workers at the same time."""
     if cfg.model.path != "default":
         return
-    from xrpo.trainer.default_model import ensure_default_model
+    from xrpo.models.default import ensure_default_model
     from xrpo.trainer.setup import cache_root
 
     ensure_default_model(cache_root(cfg), warmup_steps=cfg.model.warmup_steps)

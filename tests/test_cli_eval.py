@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from xrpo.cli import main
-from xrpo.eval.metrics import majority_vote, mean_pass_at_k
+from xrpo.algo.passk import majority_vote, mean_pass_at_k
 
 PNG = b"\x89PNG\r\n\x1a\n"
 VERIFIER = textwrap.dedent('''
@@ -134,7 +134,7 @@ def test_eval_missing_data_and_model(env, tmp_path, capsys):
 
 
 def test_help_lists_every_option(capsys):
-    from xrpo.eval.evaluate import EvalConfig
+    from xrpo.eval.config import EvalConfig
 
     with pytest.raises(SystemExit):
         main(["eval", "--help"])

@@ -44,7 +44,8 @@ def _verl(args) -> int:
     return 0
 
 def _eval(args) -> int:
-    from xrpo.eval.evaluate import EvalConfig, evaluate
+    from xrpo.eval.config import EvalConfig
+    from xrpo.eval.evaluate import evaluate
 
     values = {name: getattr(args, name) for name in EvalConfig.__dataclass_fields__ if hasattr(args, name)}
     values["data"] = args.data or ["default"]
@@ -153,7 +154,7 @@ def _int_list(text: str) -> list[int]:
 
 def _add_eval_parser(sub) -> None:
     """`xrpo eval` options come from EvalConfig's fields and their docstrings (one source for --help and docs)."""
-    from xrpo.eval.evaluate import EvalConfig
+    from xrpo.eval.config import EvalConfig
     from xrpo.trainer.config import field_docs
 
     docs = field_docs(EvalConfig)

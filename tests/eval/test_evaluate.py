@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from xrpo.algo.passk import majority_vote, mean_pass_at_k
 from xrpo.data import DataError
-from xrpo.eval.evaluate import EvalConfig, default_ks, evaluate, parse_data_spec
-from xrpo.eval.metrics import majority_vote, mean_pass_at_k
+from xrpo.eval.config import EvalConfig
+from xrpo.eval.evaluate import evaluate
 
 
 class Interrupt(Exception):
@@ -51,12 +52,6 @@ def check_consistent(results: dict) -> None:
         if key != "unsampled_problems":
             vals = [d["metrics"][key] for d in results["datasets"].values()]
             assert avg == pytest.approx(sum(vals) / len(vals), abs=1e-12)
-
-
-def test_default_ks():
-    assert default_ks(32) == [1, 2, 4, 8, 16, 32]
-    assert default_ks(12) == [1, 2, 4, 8]
-    assert default_ks(1) == [1]
 
 
 def test_figures_match_counts_and_files(eval_env, tmp_path):
@@ -289,26 +284,3 @@ def test_data_specs(eval_env, tmp_path):
         "prompt": "Q", "answer": "A", "id": "key"}
     with pytest.raises(ValueError, match="two datasets are named 'small'"):
         evaluate(cfg_for(eval_env, tmp_path / "g", data=[str(eval_env["data"])] * 2), log=quiet)
-
-
-def test_parse_data_spec():
-    s = parse_data_spec("data/aime.parquet:name=AIME'24,prompt=Problem,answer=Answer,id=ID,layout=aime2024")
-    assert (s.source, s.name, s.prompt_key, s.answer_key, s.id_key, s.layout) == (
-        "data/aime.parquet", "AIME'24", "Problem", "Answer", "ID", "aime2024")
-    assert parse_data_spec("champ").source == "champ"
-    assert parse_data_spec("x.jsonl", "prompt=q").prompt_key == "q"
-    # the column map and the spec's own options merge, the spec's winning key by key
-    s = parse_data_spec("x.jsonl:name=X", "prompt=q,answer=a")
-    assert (s.name, s.prompt_key, s.answer_key, s.id_key) == ("X", "q", "a", None)
-    s = parse_data_spec("x.jsonl:answer=b,id=i", "prompt=q,answer=a,format=jsonl")
-    assert (s.prompt_key, s.answer_key, s.id_key, s.fmt) == ("q", "b", "i", "jsonl")
-    # the built-in datasets have fixed fields: the column map is for files, their own field options are refused
-    s = parse_data_spec("champ:name=C", "prompt=q")
-    assert (s.source, s.name, s.prompt_key) == ("champ", "C", None)
-    with pytest.raises(ValueError, match=r"data spec 'default:prompt=q': default is a built-in dataset with fixed "
-                                         r"fields; it takes only name=, got prompt="):
-        parse_data_spec("default:prompt=q")
-    with pytest.raises(ValueError, match=r"--column-map: 'name' would give every dataset the same name"):
-        parse_data_spec("x.jsonl", "name=X")
-    with pytest.raises(ValueError, match="unknown key 'colour'"):
-        parse_data_spec("x.jsonl:colour=red")

@@ -130,19 +130,3 @@ def test_alpha_below_one_half_is_accepted_everywhere_it_is_configured():
 def test_missing_config_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         build_config(str(tmp_path / "nope.yaml"))
-
-
-def test_gguf_file_is_not_passed_for_a_checkpoint_without_it(tmp_path):
-    # a run that starts from a GGUF file saves its checkpoints with save_pretrained: resume loads those without gguf_file
-    from xrpo.trainer.setup import gguf_kwargs
-
-    cfg = build_config(None, ["model.gguf_file=model-q8.gguf"])
-    start = tmp_path / "start"
-    start.mkdir()
-    (start / "model-q8.gguf").write_bytes(b"GGUF")
-    ckpt = tmp_path / "run" / "checkpoints" / "step-00000002" / "model"
-    ckpt.mkdir(parents=True)
-    assert gguf_kwargs(cfg, str(start)) == {"gguf_file": "model-q8.gguf"}
-    assert gguf_kwargs(cfg, str(ckpt)) == {}
-    assert gguf_kwargs(cfg, "someone/some-gguf-repo") == {"gguf_file": "model-q8.gguf"}  # a hub id: cannot look
-    assert gguf_kwargs(build_config(None, []), str(start)) == {}

@@ -8,5 +8,6 @@ Submodules (import them directly; this package imports nothing so that each stay
     losses       policy-loss registry ("vanilla" clipped surrogate, "gspo", "gspo_token"), loss aggregation
                  (token-mean, seq-mean-token-mean, seq-mean-token-sum-norm), k1/k3 KL penalty
     sampling     DAPO dynamic-sampling group filter
+    passk        §4.1 evaluation metrics: unbiased pass@k (Chen et al. 2021) and cons@k (majority vote)
     presets      named methods (grpo, dapo, gspo, dr_grpo, xrpo, ablations) as knob values with their sources
 """

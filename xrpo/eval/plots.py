@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from xrpo.eval.metrics import mean_pass_at_k
+from xrpo.algo.passk import mean_pass_at_k
 
 
 def _plt():

@@ -1,4 +1,6 @@
-"""Models the project builds itself: a tiny tokenizer and a tiny random Qwen2 (`xrpo.models.tiny`).
+"""Models: the ones the project builds itself (a tiny tokenizer and a tiny random Qwen2, `xrpo.models.tiny`; the
+built-in default model warm-started on the default task, `xrpo.models.default`) and loading any model by name
+(`xrpo.models.loading`: "default", "package:NAME", GGUF, a local directory, a hub id).
 
 Import-light: transformers and tokenizers load only when a builder is first used.
 """

