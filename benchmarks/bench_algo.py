@@ -124,10 +124,10 @@ def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
             adv = mod.group_advantages(r, gids)
             scores = mod.length_normalized_loglik(lp, mask)
             outs[tag] = [adv, scores, mod.novelty(scores, gids), mod.sharpen_advantages(adv, r, scores, gids)[0]]
-            fns[(tag, "group_advantages")] = lambda m=mod: m.group_advantages(r, gids)
-            fns[(tag, "length_normalized_loglik")] = lambda m=mod: m.length_normalized_loglik(lp, mask)
-            fns[(tag, "novelty")] = lambda m=mod, s=scores: m.novelty(s, gids)
-            fns[(tag, "sharpen_advantages")] = lambda m=mod, a=adv, s=scores: m.sharpen_advantages(a, r, s, gids)
+            fns[(tag, "group_advantages")] = lambda m=mod, r=r, gids=gids: m.group_advantages(r, gids)
+            fns[(tag, "length_normalized_loglik")] = lambda m=mod, lp=lp, mask=mask: m.length_normalized_loglik(lp, mask)
+            fns[(tag, "novelty")] = lambda m=mod, s=scores, gids=gids: m.novelty(s, gids)
+            fns[(tag, "sharpen_advantages")] = lambda m=mod, a=adv, s=scores, r=r, gids=gids: m.sharpen_advantages(a, r, s, gids)
         for a, b in zip(outs["old"], outs["new"]):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         t = interleaved_medians_ms(fns, repeats)

@@ -410,6 +410,7 @@ def section_template(embedders: dict, args) -> None:
 
     try:
         from transformers import AutoTokenizer  # noqa: F401
+
         from xrpo.models.tiny import build_tiny_tokenizer
     except Exception:  # noqa: BLE001 - the tiny tokenizer is another module's; skip the row if it is not there yet
         build_tiny_tokenizer = None

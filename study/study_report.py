@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import yaml
@@ -62,7 +63,10 @@ PAPER_PASSK = {  # Table 13 (Qwen3-1.7B, avg. of AIME'25, HMMT'25, BRUMO'25): pa
     "gspo": (46.09, 52.01, 57.60, 62.22), "dapo": (42.37, 47.50, 52.14, 56.67), "treepo-sampling": (40.18, 47.16, 54.69, 63.33),
     "xrpo": (48.65, 55.92, 62.07, 65.56),
 }
-PAPER_SPEEDUP = "2.4× (GSM8K, 82.5% at step 420 vs ≈1K) and 2.7× (MATH-500, 75% at step 450 vs ≈1.2K); §4.2 and the appendix on training dynamics"
+PAPER_SPEEDUP = (
+    "2.4× (GSM8K, 82.5% at step 420 vs ≈1K) and 2.7× (MATH-500, 75% at step 450 vs ≈1.2K); "
+    "§4.2 and the appendix on training dynamics"
+)
 PAPER_NONUNIFORM = 0.916  # appendix on non-uniform allocation: "HRP produces non-uniform allocations in 91.6% of training rounds"
 PAPER_MAX_EXTRA = 7  # same appendix: "per-prompt budgets ranging from 0 to 7 extra rollouts"
 PAPER_FLIP = "6.2% (Qwen2.5-7B-Instruct) and 4.2% (Qwen3-1.7B) of hard questions (§4.3, the ICL success-rate figure)"
@@ -374,7 +378,7 @@ def aggregate(runs: dict[str, list[Run]], *, target: float | None = None, seeds:
                          for m, d in out["methods"].items() if m != "xrpo"}
     # a method not reaching the target vs GRPO's step: speed-up ratios
     g = out["methods"].get("grpo", {}).get("steps_to_target")
-    for m, d in out["methods"].items():
+    for d in out["methods"].values():
         s = d.get("steps_to_target")
         if g is None or "steps_to_target" not in d:
             d["speedup"] = None

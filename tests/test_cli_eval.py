@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from xrpo.cli import main
 from xrpo.algo.passk import majority_vote, mean_pass_at_k
+from xrpo.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 VERIFIER = textwrap.dedent('''

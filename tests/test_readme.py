@@ -36,8 +36,9 @@ def test_exactly_two_setup_commands_and_ci_runs_the_test_one():
 
 
 def test_cli_help_lists_every_config_field():
-    from xrpo.trainer.config import SECTIONS, TrainConfig
     from dataclasses import fields
+
+    from xrpo.trainer.config import SECTIONS, TrainConfig
 
     top = subprocess.run([sys.executable, "-m", "xrpo.cli", "--help"], capture_output=True, text=True, check=True)
     assert "train" in top.stdout

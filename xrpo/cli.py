@@ -6,6 +6,7 @@ import sys
 
 from xrpo import __version__
 
+
 def _train(args) -> int:
     from xrpo.trainer.config import build_config
     from xrpo.trainer.loop import train

@@ -8,7 +8,15 @@ import torch
 
 from xrpo.algo.losses import AGG_MODES, KL_ESTIMATORS, get_policy_loss, kl_penalty
 from xrpo.algo.presets import (
-    DEFAULT_SOURCES, DEFAULTS, KNOB_NAMES, PRESETS, Knob, get_preset, list_presets, preset_changes, preset_sources,
+    DEFAULT_SOURCES,
+    DEFAULTS,
+    KNOB_NAMES,
+    PRESETS,
+    Knob,
+    get_preset,
+    list_presets,
+    preset_changes,
+    preset_sources,
 )
 
 # docs/design.md, `presets` paragraph: the fields of xrpo.algo.config's method sections, section by section

@@ -13,9 +13,26 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from xrpo.algo.allocation import split_budget
 from xrpo.algo.simulate import (
-    StepOutcome, bernoulli_draw, best_fixed_allocation, cures_allocation, dapo_step, expected_informative_rollouts,
-    fit_success_rate_mixture, fixed_outcome, icl_success_prob, latency_ratio, mean_ci, nonzero_variance_prob, oracle_allocation,
-    outcome_from_phased, phase_latency, phased_step, ratio_ci, round_latency, sample_mixture, step_metrics,
+    StepOutcome,
+    bernoulli_draw,
+    best_fixed_allocation,
+    cures_allocation,
+    dapo_step,
+    expected_informative_rollouts,
+    fit_success_rate_mixture,
+    fixed_outcome,
+    icl_success_prob,
+    latency_ratio,
+    mean_ci,
+    nonzero_variance_prob,
+    oracle_allocation,
+    outcome_from_phased,
+    phase_latency,
+    phased_step,
+    ratio_ci,
+    round_latency,
+    sample_mixture,
+    step_metrics,
     uniform_counts,
 )
 
@@ -34,7 +51,7 @@ def enumerate_phased(p, budget, **kw):
     for bits in itertools.product([0.0, 1.0], repeat=budget):
         pos, prob = [0], [1.0]
 
-        def draw(idx, counts, seeded, rnd):
+        def draw(idx, counts, seeded, rnd, bits=bits, pos=pos, prob=prob):
             out = []
             for q, c in zip(idx, counts):
                 r = np.array(bits[pos[0]:pos[0] + c])

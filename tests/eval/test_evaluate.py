@@ -69,7 +69,9 @@ def test_figures_match_counts_and_files(eval_env, tmp_path):
 def test_resume_after_interruption_equals_one_run(eval_env, tmp_path):
     one = evaluate(cfg_for(eval_env, tmp_path / "one"), log=quiet)
 
-    def stop_after_two_chunks(name, recs, calls=[]):
+    calls = []
+
+    def stop_after_two_chunks(name, recs):
         calls.append(recs)
         if len(calls) == 2:
             raise Interrupt

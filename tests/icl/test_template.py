@@ -143,7 +143,7 @@ def test_char_budget_matches_reference_twin(seed):
     for budget in sorted({max(1, len(full) - d) for d in (0, 1, 7, 50, 200, 400, 900)}):
         p = build_icl_prompt(problem, pairs, max_chars=budget)
         # the prompt length never decreases with the cap, so bisection finds the same largest cap as the linear scan
-        assert (p.text, p.truncated, p.num_examples) == reference_fit(problem, pairs, lambda t: len(t) <= budget)
+        assert (p.text, p.truncated, p.num_examples) == reference_fit(problem, pairs, lambda t, b=budget: len(t) <= b)
         assert p.num_examples == 0 or len(p.text) <= budget
 
 
@@ -157,7 +157,7 @@ def test_token_budget_is_respected(seed):
     full = build_icl_prompt(problem, pairs).text
     for budget in sorted({max(1, count_tokens(full) - d) for d in (0, 5, 30, 80, 200)}):
         p = build_icl_prompt(problem, pairs, count_tokens=count_tokens, max_tokens=budget)
-        ref_text, ref_cut, ref_n = reference_fit(problem, pairs, lambda t: count_tokens(t) <= budget)
+        ref_text, ref_cut, ref_n = reference_fit(problem, pairs, lambda t, b=budget: count_tokens(t) <= b)
         assert p.num_examples == ref_n
         if p.num_examples:
             assert count_tokens(p.text) <= budget

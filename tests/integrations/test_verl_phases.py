@@ -10,6 +10,7 @@ pytest.importorskip("verl")
 from tensordict import TensorDict  # noqa: E402
 from verl import DataProto  # noqa: E402
 
+from xrpo.algo.allocation import allocate_round, split_budget  # noqa: E402
 from xrpo.icl import Example  # noqa: E402
 from xrpo.integrations.verl.config import XRPOConfig  # noqa: E402
 from xrpo.integrations.verl.phases import (  # noqa: E402
@@ -29,7 +30,6 @@ from xrpo.integrations.verl.phases import (  # noqa: E402
     round_gen_batch,
     rows_sampled_as_trained,
 )
-from xrpo.algo.allocation import allocate_round, split_budget  # noqa: E402
 
 
 def obj(items):

@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import importlib.util
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -170,7 +169,7 @@ def run(mutants: list[Mutant], jobs: int, timeout: float, log=print) -> list[dic
                 running[pid] = (m, out, time.perf_counter())
             pid, _ = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
-                for p, (m, _, t0) in list(running.items()):
+                for p, (_m, _, t0) in list(running.items()):
                     if time.perf_counter() - t0 > timeout:
                         os.kill(p, 9)
                 time.sleep(0.05)

@@ -3,8 +3,7 @@ import time
 
 import pytest
 
-from xrpo.rewards import MathVerifier, shutdown_pools
-from xrpo.rewards import _pool
+from xrpo.rewards import MathVerifier, _pool, shutdown_pools
 
 
 def wait_gone(pids, timeout=10.0):

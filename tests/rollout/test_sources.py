@@ -10,7 +10,14 @@ from xrpo.data import Problem
 from xrpo.rollout import sources
 from xrpo.rollout.planner import PlanConfig, PlanResult, RolloutRecord
 from xrpo.rollout.sources import (
-    CuresSource, DynamicSampling, PlannerSource, SourceContext, TreeSource, build_source, get_source, register_source,
+    CuresSource,
+    DynamicSampling,
+    PlannerSource,
+    SourceContext,
+    TreeSource,
+    build_source,
+    get_source,
+    register_source,
     source_name,
 )
 from xrpo.trainer.config import build_config

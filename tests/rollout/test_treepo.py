@@ -87,7 +87,7 @@ def check_tree(t, seg, max_new, max_depth, eos_id, fallback=True):
         done_before = sum(nodes[n].step < s for n in leaf_ids)
         assert 1 <= running and running + done_before <= t.width, (s, running, done_before)
     reasons = Counter()
-    for n, reason, text in t.leaves:
+    for n, reason, _text in t.leaves:
         path = t.path(n)
         assert nodes[path[0]].parent == 0 and not nodes[n].children  # a path to the root; leaves never branch
         for d, node_id in enumerate(path, start=1):

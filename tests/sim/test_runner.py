@@ -9,8 +9,16 @@ import pytest
 
 from xrpo.algo.simulate import expected_informative_rollouts, nonzero_variance_prob, uniform_counts
 from xrpo.sim.runner import (
-    SIM_METHODS, SimConfig, markdown_table, parse_mixture, parse_sweep, read_rounds_rates, register_sim_method,
-    simulate, sweep, sweep_table,
+    SIM_METHODS,
+    SimConfig,
+    markdown_table,
+    parse_mixture,
+    parse_sweep,
+    read_rounds_rates,
+    register_sim_method,
+    simulate,
+    sweep,
+    sweep_table,
 )
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,14 @@ import pytest
 
 from xrpo.algo.presets import get_preset, list_presets
 from xrpo.trainer.config import (
-    SECTIONS, MethodConfig, TrainConfig, build_config, field_docs, from_dict, help_text, to_dict,
+    SECTIONS,
+    MethodConfig,
+    TrainConfig,
+    build_config,
+    field_docs,
+    from_dict,
+    help_text,
+    to_dict,
 )
 
 
@@ -38,9 +45,9 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
     # the trainer, the planner and TreePO's sampler hold the sections of xrpo.algo.config, not copies
     from xrpo.algo import config as knobs
     from xrpo.rollout.planner import PlanConfig
+    from xrpo.rollout.sources import SourceContext, TreeSource
     from xrpo.rollout.treepo import TreeConfig
     from xrpo.trainer.config import RolloutConfig
-    from xrpo.rollout.sources import SourceContext, TreeSource
     from xrpo.trainer.loop import plan_config
 
     for section in knobs.METHOD_SECTIONS:

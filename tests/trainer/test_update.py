@@ -16,6 +16,7 @@ import torch
 from xrpo.trainer.config import build_config
 from xrpo.trainer.loop import train
 
+
 def quiet(*_):
     pass
 

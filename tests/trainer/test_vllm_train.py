@@ -36,9 +36,10 @@ def vllm_run(trainer_env, tmp_path_factory):
 
     The model is trainer_env's tiny model with 32-dimensional attention heads (vLLM's CPU attention has no kernel for
     the 16 of trainer_env's)."""
+    from transformers import AutoTokenizer
+
     import xrpo.trainer.loop as loop
     from xrpo.models.tiny import build_tiny_model
-    from transformers import AutoTokenizer
 
     root = tmp_path_factory.mktemp("vllm_train")
     tok = AutoTokenizer.from_pretrained(trainer_env["model"])

@@ -31,7 +31,13 @@ from scipy import stats
 
 from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
 from xrpo.algo.cures import (
-    beta_posterior, gradient_std, posterior_mean, prompt_temperature, rollout_counts, sample_prompts, sampling_probs,
+    beta_posterior,
+    gradient_std,
+    posterior_mean,
+    prompt_temperature,
+    rollout_counts,
+    sample_prompts,
+    sampling_probs,
 )
 from xrpo.algo.sampling import dynamic_sampling_keep_groups
 

@@ -100,7 +100,7 @@ class EvalConfig:
     def resolved_n(self) -> int:
         return 1 if self.greedy else (32 if self.n is None else self.n)
 
-    def validate(self) -> "EvalConfig":
+    def validate(self) -> EvalConfig:
         n = self.resolved_n()
         if self.greedy and self.n not in (None, 1):
             raise ValueError(f"--greedy draws one sample per problem; got --n {self.n}")

@@ -16,9 +16,9 @@ The driver, top to bottom (docs/eval.md has the user's view):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from collections.abc import Callable
 
 from xrpo.data import Problem
 from xrpo.eval import store

@@ -2,8 +2,8 @@
 that nothing here needs a display. Every function writes one file and returns its path."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 

@@ -19,8 +19,8 @@ import base64
 import html
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 __all__ = ["make_report", "results_markdown"]
 

@@ -36,11 +36,10 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import warnings
 
 import numpy as np
 

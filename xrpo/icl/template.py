@@ -127,7 +127,7 @@ def build_icl_prompt(
         longest = max(len(s) for _, s in pairs)
         cache: dict[int, tuple[bool, float, str]] = {}
 
-        def measure(limit: int, pairs=pairs) -> tuple[bool, float]:
+        def measure(limit: int, pairs=pairs, cache=cache) -> tuple[bool, float]:
             """Whether the prompt with solutions capped at ``limit`` fits, and its load (size / budget, the larger of
             chars and tokens); render(longest) is the uncut prompt."""
             if limit not in cache:
@@ -153,7 +153,7 @@ def build_icl_prompt(
             # the interval trigger a bisection step, which bounds the worst case.
             lens = [len(s) for _, s in pairs]
 
-            def capped(limit: int) -> int:
+            def capped(limit: int, lens=lens) -> int:
                 return sum(min(n, limit + len(marker)) for n in lens)
 
             stalls = 0

@@ -142,9 +142,9 @@ def build_default_model(*, warmup_steps: int, batch_size: int = 64, lr: float = 
         ids = torch.full((batch_size, L), pad, dtype=torch.long)
         lab = torch.full((batch_size, L), -100, dtype=torch.long)
         att = torch.zeros((batch_size, L), dtype=torch.long)
-        for b, (i, l) in enumerate(batch):
+        for b, (i, labels) in enumerate(batch):
             ids[b, : len(i)] = torch.tensor(i)
-            lab[b, : len(l)] = torch.tensor(l)
+            lab[b, : len(labels)] = torch.tensor(labels)
             att[b, : len(i)] = 1
         loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
         opt.zero_grad(set_to_none=True)

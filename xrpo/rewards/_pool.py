@@ -118,7 +118,7 @@ class _Zygote:
         while b"\n" not in self._buf:
             try:
                 chunk = self.sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 chunk = b""
             if not chunk:
                 code = self.proc.poll()

@@ -637,8 +637,9 @@ def check_prelude(prompt: str | None) -> str | None:
 
 def check_undefined_names(check_code: str, prelude: str | None = None) -> list[str]:
     """Global names the HumanEval check code reads that neither it, the prelude (`check_prelude` of the problem's
-    prompt, as `TestSpec.prelude` holds it) nor Python's builtins define; SyntaxError when either does not compile. The check runs in a process without the program
-    (xrpo.rewards.sandbox), so such a name would fail every completion."""
+    prompt, as `TestSpec.prelude` holds it) nor Python's builtins define; SyntaxError when either does not compile.
+    The check runs in a process without the program (xrpo.rewards.sandbox), so such a name would fail every
+    completion."""
     import builtins
     import symtable
 

@@ -156,9 +156,8 @@ def extract_answer(completion: str, *, max_chars: int = 1_000_000, max_answer_ch
     if pos >= 0:
         line = text[pos:].lstrip("#").split("\n", 1)[0]
         return _finish(line, "####", max_answer_chars)
-    last = None
-    for last in _ANSWER_IS.finditer(text):
-        pass
+    matches = list(_ANSWER_IS.finditer(text))
+    last = matches[-1] if matches else None
     if last is not None:
         return _finish(_line_answer(text[last.end():]), "answer_is", max_answer_chars)
     return Extraction(None, None, "no_marker")

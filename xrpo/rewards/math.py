@@ -17,8 +17,8 @@ limit of `timeout` seconds; a worker that overruns is killed and replaced and th
 (reason "error", with `metadata["error"]`, if the worker raised or died). math-verify's own limits use SIGALRM, which
 only works in the main thread and cannot interrupt C code, so they are turned off and the process limit is the only
 one. `verify_batch` grades each distinct (answer, reference) pair once and spreads those over all workers, so a batch
-takes at most about `timeout * ceil(n / workers)` seconds; a single call goes through the same pool. With `in_process=True` everything runs in the caller's thread with
-NO time limit (for callers that cannot have subprocesses; a pathological answer can then hang the caller).
+takes at most about `timeout * ceil(n / workers)` seconds; a single call goes through the same pool. With
+`in_process=True` everything runs in the caller's thread with NO time limit (for callers that cannot have subprocesses; a pathological answer can then hang the caller).
 
 `VerifyResult.answer` is the normalised extracted answer (`normalize_answer`): equal strings for the same answer
 written with different spacing, delimiters or `\\dfrac`/`\\frac`, but "1/2" and "0.5" remain different strings, hence

@@ -17,8 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from xrpo.algo.cures import (
-    beta_posterior, gradient_std, normalized_entropy, posterior_mean, prompt_temperature, rollout_counts,
-    sample_prompts, sampling_probs,
+    beta_posterior,
+    gradient_std,
+    normalized_entropy,
+    posterior_mean,
+    prompt_temperature,
+    rollout_counts,
+    sample_prompts,
+    sampling_probs,
 )
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
@@ -43,7 +49,7 @@ class CuresState:
     """Rollouts the warm-up spent (0 until it ran); reported so that budgets can be compared."""
 
     @classmethod
-    def new(cls, num_problems: int, **knobs) -> "CuresState":
+    def new(cls, num_problems: int, **knobs) -> CuresState:
         if num_problems < 1:
             raise ValueError(f"CurES needs at least one training problem, got {num_problems}")
         z = np.zeros(num_problems, dtype=np.int64)

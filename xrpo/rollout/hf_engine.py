@@ -36,7 +36,12 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from xrpo.rollout.engine import (
-    Rollout, SamplingParams, cut_at_stop, find_stop, validate_generate_args, validate_generate_ids_args,
+    Rollout,
+    SamplingParams,
+    cut_at_stop,
+    find_stop,
+    validate_generate_args,
+    validate_generate_ids_args,
 )
 
 __all__ = ["HFEngine"]
@@ -184,7 +189,7 @@ class HFEngine:
         return self._generate(prompt_ids, counts, params, "prompt_ids")
 
     @contextlib.contextmanager
-    def reuse_prefixes(self) -> Iterator["HFEngine"]:
+    def reuse_prefixes(self) -> Iterator[HFEngine]:
         """Within the block, continuations of rows generated in it reuse their KV cache (module docstring)."""
         if self._prefixes is not None:
             raise RuntimeError("reuse_prefixes() blocks cannot be nested")

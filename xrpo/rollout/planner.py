@@ -32,20 +32,26 @@ Deviations from the paper, all documented here:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from xrpo.algo.advantages import get_advantage, length_normalized_loglik, sharpen_advantages
 from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
 from xrpo.algo.config import (
-    AdvantageConfig, AllocationConfig, ICLConfig, ICLPromptConfig, SharpenConfig, check_knobs,
+    AdvantageConfig,
+    AllocationConfig,
+    ICLConfig,
+    ICLPromptConfig,
+    SharpenConfig,
+    check_knobs,
 )
 from xrpo.algo.tree import TreeStructure
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
+
 
 @dataclass
 class PlanConfig(SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig, AdvantageConfig):

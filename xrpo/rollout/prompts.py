@@ -12,8 +12,8 @@ Seeding"). Two ICL styles:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from xrpo.data import Problem
 from xrpo.icl import build_icl_prompt

@@ -21,8 +21,8 @@ Advantages (Algorithm 1 line 14) are computed after the trainer has recomputed t
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np

@@ -35,8 +35,8 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 import numpy as np
 

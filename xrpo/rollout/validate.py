@@ -20,12 +20,12 @@ One record per problem (what `xrpo eval` appends to its per-problem files and re
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from xrpo.data import Problem
 from xrpo.algo.passk import majority_vote, mean_pass_at_k
+from xrpo.data import Problem
 from xrpo.rollout.engine import SamplingParams
 
 

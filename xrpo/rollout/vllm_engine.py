@@ -51,7 +51,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xrpo.rollout.engine import (
-    Rollout, SamplingParams, cut_at_stop, validate_generate_args, validate_generate_ids_args,
+    Rollout,
+    SamplingParams,
+    cut_at_stop,
+    validate_generate_args,
+    validate_generate_ids_args,
 )
 
 __all__ = ["VLLMEngine", "VLLMSupport", "vllm_support", "MIN_VLLM_VERSION", "MAX_TESTED_VLLM_VERSION",

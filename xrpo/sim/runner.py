@@ -33,13 +33,27 @@ from typing import Any
 
 import numpy as np
 
-from xrpo.algo.simulate import (
-    StepOutcome, bernoulli_draw, cures_allocation, dapo_step, fit_success_rate_mixture, fixed_outcome,
-    icl_success_prob, latency_ratio,
-    mean_ci, oracle_allocation, outcome_from_phased, phase_latency, phased_step, ratio_ci, round_latency,
-    sample_mixture, step_metrics, uniform_counts,
-)
 from xrpo.algo.allocation import plan_phases
+from xrpo.algo.simulate import (
+    StepOutcome,
+    bernoulli_draw,
+    cures_allocation,
+    dapo_step,
+    fit_success_rate_mixture,
+    fixed_outcome,
+    icl_success_prob,
+    latency_ratio,
+    mean_ci,
+    oracle_allocation,
+    outcome_from_phased,
+    phase_latency,
+    phased_step,
+    ratio_ci,
+    round_latency,
+    sample_mixture,
+    step_metrics,
+    uniform_counts,
+)
 
 __all__ = [
     "DEFAULT_DIST", "METRICS", "SIM_METHODS", "SimConfig", "latency_rows", "markdown_table", "parse_mixture",

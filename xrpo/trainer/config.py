@@ -21,14 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from pydantic import TypeAdapter, ValidationError
 
 from xrpo.algo.config import (
-    AdvantageConfig, AllocationConfig, BatchConfig, CuresConfig, ICLConfig, ICLPromptConfig, LossConfig, SharpenConfig,
-    TreePOConfig, check_knobs,
+    AdvantageConfig,
+    AllocationConfig,
+    BatchConfig,
+    CuresConfig,
+    ICLConfig,
+    ICLPromptConfig,
+    LossConfig,
+    SharpenConfig,
+    TreePOConfig,
+    check_knobs,
 )
 from xrpo.algo.presets import get_preset, list_presets
+
 
 @dataclass
 class ModelConfig:
@@ -204,7 +212,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         """Cross-field checks; raises ValueError naming the field."""
         m, r, o = self.method, self.rollout, self.optim
         _check(self.steps >= 1, "steps", "must be >= 1", self.steps)
@@ -280,7 +288,7 @@ def _strip_optional(ftype: Any) -> tuple[Any, bool]:
     args = typing.get_args(ftype)
     if type(None) in args:
         rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]), True
+        return (rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]), True  # noqa: UP007 (built at run time)
     return ftype, False
 
 

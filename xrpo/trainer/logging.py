@@ -7,8 +7,8 @@ buffered events included) is flushed and fsynced before a checkpoint is written,
 outlives the rows of steps <= k. ``--resume`` from step k then brings each record back to step k before training
 continues (``rewind_records``): rows of later steps (written by the killed process after its last checkpoint, which
 the resumed run writes again) move to ``<name>.discarded.jsonl`` (``tensorboard/discarded-events.tfrecord`` for event
-files), which nothing reads; the record itself is rewritten atomically. A validation row belongs to the checkpoint only if it is in the checkpoint's
-``eval_history``: the final validation, made after the last checkpoint, is made again on resume.
+files), which nothing reads; the record itself is rewritten atomically. A validation row belongs to the checkpoint
+only if it is in the checkpoint's ``eval_history``: the final validation, made after the last checkpoint, is made again on resume.
 
 Segments: each `xrpo train` process of a run is a segment. Its wall time, steps, rollouts and tokens are saved in
 every checkpoint (``state.json`` ``segments``); a segment that was killed counts up to the checkpoint the next one

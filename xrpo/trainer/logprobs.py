@@ -1,7 +1,7 @@
 """Per-token log-probs of completions under a causal LM, in micro-batches bounded by a token budget."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

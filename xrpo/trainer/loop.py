@@ -30,17 +30,22 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 import yaml
 
 from xrpo.algo.config import (
-    AdvantageConfig, AllocationConfig, ICLConfig, ICLPromptConfig, SharpenConfig, section_values,
+    AdvantageConfig,
+    AllocationConfig,
+    ICLConfig,
+    ICLPromptConfig,
+    SharpenConfig,
+    section_values,
 )
 from xrpo.algo.losses import get_policy_loss
 from xrpo.rewards import get_verifier, raise_reference_errors

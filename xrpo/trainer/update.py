@@ -11,8 +11,8 @@ gives exactly the full-batch gradient.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch

@@ -20,7 +20,7 @@ advantage 0 (counted in ``adv/empty_rows``).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,11 +47,11 @@ def compute_xrpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray,
-    epsilon: Optional[float] = None,
-    norm_adv_by_std_in_grpo: Optional[bool] = None,
+    epsilon: float | None = None,
+    norm_adv_by_std_in_grpo: bool | None = None,
     config: Any = None,
-    old_log_probs: Optional[torch.Tensor] = None,
-    metrics: Optional[dict] = None,
+    old_log_probs: torch.Tensor | None = None,
+    metrics: dict | None = None,
     **unused,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """XRPO's advantage for verl: A_i of GRPO over each uid's rows, then A_i^+ of Eq. (6) for correct rows.

@@ -50,7 +50,6 @@ from pprint import pprint
 import numpy as np
 import torch
 from tqdm import tqdm
-
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.core_algos import agg_loss, get_adv_estimator_fn
@@ -292,7 +291,6 @@ class RayXRPOTrainer(RayPPOTrainer):
     def fit(self):
         """verl's ``RayPPOTrainer.fit`` (0.9.1) with XRPO's generation and advantage; see the module docstring."""
         from omegaconf import OmegaConf
-
         from verl.utils.tracking import Tracking
 
         if self._dump_executor._shutdown:

@@ -20,7 +20,12 @@ from typing import Any, Optional
 from verl.base_config import BaseConfig
 
 from xrpo.algo.config import (
-    AllocationConfig, ICLConfig, ICLPromptConfig, SharpenConfig, check_knobs, section_values,
+    AllocationConfig,
+    ICLConfig,
+    ICLPromptConfig,
+    SharpenConfig,
+    check_knobs,
+    section_values,
 )
 from xrpo.rollout.planner import PlanConfig
 
