@@ -56,8 +56,16 @@ def make_step_inputs(num_prompts: int, per_prompt: int, T: int, seed: int = 0):
     lengths = rng.integers(1, T + 1, B)
     mask = np.arange(T)[None, :] < lengths[:, None]
     logprobs = np.log(rng.random((B, T), dtype=np.float32) * 0.99 + 0.01)
-    return dict(plan_args=(num_prompts, num_prompts * per_prompt, n_base, 2), budgets=plan.round_budgets,
-                round1=round1, round2=round2, rewards=rewards, group_ids=group_ids, logprobs=logprobs, mask=mask)
+    return dict(
+        plan_args=(num_prompts, num_prompts * per_prompt, n_base, 2),
+        budgets=plan.round_budgets,
+        round1=round1,
+        round2=round2,
+        rewards=rewards,
+        group_ids=group_ids,
+        logprobs=logprobs,
+        mask=mask,
+    )
 
 
 def interleaved_medians_ms(fns: dict, repeats: int) -> dict[str, float]:
@@ -88,15 +96,19 @@ def time_components(inp: dict, backend: str, repeats: int, alloc_mode: str = "pr
         allocate_round(inp["round1"], inp["budgets"][0], mode=alloc_mode)
         allocate_round(inp["round2"], inp["budgets"][1], mode=alloc_mode)
 
-    out = interleaved_medians_ms({
-        "planning": planning,
-        "group_advantages": lambda: group_advantages(rewards, gids),
-        "length_normalized_loglik": lambda: length_normalized_loglik(logprobs, mask),
-        "novelty": lambda: novelty(scores, gids),
-        "sharpen_advantages": lambda: sharpen_advantages(adv, rewards, scores, gids),
-    }, repeats)
-    out["step"] = out["planning"] + out["group_advantages"] + out["length_normalized_loglik"] + out[
-        "sharpen_advantages"]
+    out = interleaved_medians_ms(
+        {
+            "planning": planning,
+            "group_advantages": lambda: group_advantages(rewards, gids),
+            "length_normalized_loglik": lambda: length_normalized_loglik(logprobs, mask),
+            "novelty": lambda: novelty(scores, gids),
+            "sharpen_advantages": lambda: sharpen_advantages(adv, rewards, scores, gids),
+        },
+        repeats,
+    )
+    out["step"] = (
+        out["planning"] + out["group_advantages"] + out["length_normalized_loglik"] + out["sharpen_advantages"]
+    )
     out["step w/o (B,T)"] = out["step"] - out["length_normalized_loglik"]
     return out
 
@@ -125,9 +137,13 @@ def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
             scores = mod.length_normalized_loglik(lp, mask)
             outs[tag] = [adv, scores, mod.novelty(scores, gids), mod.sharpen_advantages(adv, r, scores, gids)[0]]
             fns[(tag, "group_advantages")] = lambda m=mod, r=r, gids=gids: m.group_advantages(r, gids)
-            fns[(tag, "length_normalized_loglik")] = lambda m=mod, lp=lp, mask=mask: m.length_normalized_loglik(lp, mask)
+            fns[(tag, "length_normalized_loglik")] = lambda m=mod, lp=lp, mask=mask: m.length_normalized_loglik(
+                lp, mask
+            )
             fns[(tag, "novelty")] = lambda m=mod, s=scores, gids=gids: m.novelty(s, gids)
-            fns[(tag, "sharpen_advantages")] = lambda m=mod, a=adv, s=scores, r=r, gids=gids: m.sharpen_advantages(a, r, s, gids)
+            fns[(tag, "sharpen_advantages")] = lambda m=mod, a=adv, s=scores, r=r, gids=gids: m.sharpen_advantages(
+                a, r, s, gids
+            )
         for a, b in zip(outs["old"], outs["new"]):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         t = interleaved_medians_ms(fns, repeats)
@@ -142,21 +158,34 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes and 3 repeats (sanity run)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per figure (median; default 15)")
     ap.add_argument("--tokens", type=int, default=512, help="T, tokens per completion in the log-prob tensor")
-    ap.add_argument("--compare", metavar="OLD_TREE", default=None,
-                    help="also time another checkout's xrpo/algo/advantages.py against this one (before/after)")
+    ap.add_argument(
+        "--compare",
+        metavar="OLD_TREE",
+        default=None,
+        help="also time another checkout's xrpo/algo/advantages.py against this one (before/after)",
+    )
     args = ap.parse_args()
     repeats = args.repeats or (3 if args.quick else 15)
     T = 64 if args.quick else args.tokens
     settings = [(16, 32), (64, 32)] if args.quick else [(64, 256), (1024, 64)]
     scaling = [(16, 8), (16, 16), (16, 32)] if args.quick else [(64, 32), (64, 64), (64, 128), (64, 256)]
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-          f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}; "
-          f"T = {T} tokens; median of {repeats} interleaved repeats; times in ms; "
-          f"load average at start {os.getloadavg()[0]:.2f}\n")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}; "
+        f"T = {T} tokens; median of {repeats} interleaved repeats; times in ms; "
+        f"load average at start {os.getloadavg()[0]:.2f}\n"
+    )
 
-    cols = ["planning", "group_advantages", "length_normalized_loglik", "novelty", "sharpen_advantages", "step",
-            "step w/o (B,T)"]
+    cols = [
+        "planning",
+        "group_advantages",
+        "length_normalized_loglik",
+        "novelty",
+        "sharpen_advantages",
+        "step",
+        "step w/o (B,T)",
+    ]
     print("| setting | backend | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 2) + "|")
     for q, g in settings:
@@ -175,8 +204,10 @@ def main() -> None:
         inp = make_step_inputs(q, g, T)
         r = time_components(inp, "numpy", repeats)
         n = q * g
-        print(f"| {n:,} ({q} x {g}) | {r['step']:.2f} | {1e3 * r['step'] / n:.3f} | {r['step w/o (B,T)']:.2f} | "
-              f"{1e3 * r['step w/o (B,T)'] / n:.3f} |")
+        print(
+            f"| {n:,} ({q} x {g}) | {r['step']:.2f} | {1e3 * r['step'] / n:.3f} | {r['step w/o (B,T)']:.2f} | "
+            f"{1e3 * r['step w/o (B,T)'] / n:.3f} |"
+        )
     if args.compare:
         compare_advantages(args.compare, repeats, T)
     print(f"\nload average at end {os.getloadavg()[0]:.2f}")

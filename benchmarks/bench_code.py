@@ -61,11 +61,24 @@ def ab(other: str, rounds: int, n: int, workers: int, timeout: float) -> None:
     rates: dict[str, list[float]] = {k: [] for k in trees}
     print(f"A/B: this = {here}, other = {trees['other']}; load before: {os.getloadavg()[0]:.2f}")
     for r in range(rounds):
-        for name in (("this", "other") if r % 2 == 0 else ("other", "this")):
+        for name in ("this", "other") if r % 2 == 0 else ("other", "this"):
             env = dict(os.environ, PYTHONPATH=trees[name])
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one-batch", str(n), "--workers",
-                                  str(workers), "--timeout", str(timeout)], env=env, capture_output=True, text=True,
-                                 check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--one-batch",
+                    str(n),
+                    "--workers",
+                    str(workers),
+                    "--timeout",
+                    str(timeout),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             rates[name].append(float(out.stdout.split()[-1]))
     med = {k: statistics.median(v) for k, v in rates.items()}
     for k, v in rates.items():
@@ -118,9 +131,11 @@ def main() -> None:
             times[iso].append(time.perf_counter() - t)
             assert res.tests[0].stdout == b"3\n", res
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    print(f"one program, one test (median of {args.repeats}, ms): bare {med['bare']:.1f}, "
-          f"sandbox minimal {med['minimal']:.1f} (+{med['minimal'] - med['bare']:.1f}), "
-          f"sandbox auto {med['auto']:.1f} (+{med['auto'] - med['bare']:.1f})")
+    print(
+        f"one program, one test (median of {args.repeats}, ms): bare {med['bare']:.1f}, "
+        f"sandbox minimal {med['minimal']:.1f} (+{med['minimal'] - med['bare']:.1f}), "
+        f"sandbox auto {med['auto']:.1f} (+{med['auto'] - med['bare']:.1f})"
+    )
     # marginal cost of one more test in the same program
     for n in (1, 21):
         ts = []
@@ -141,8 +156,10 @@ def main() -> None:
         ok, _why = compare_stdout(out, want)
         ts.append(time.perf_counter() - t)
         assert ok
-    print(f"comparing 1,000,000 tokens ({len(out) / 1e6:.1f} MB): {statistics.median(ts) * 1000:.0f} ms; "
-          f"load after: {os.getloadavg()[0]:.2f}")
+    print(
+        f"comparing 1,000,000 tokens ({len(out) / 1e6:.1f} MB): {statistics.median(ts) * 1000:.0f} ms; "
+        f"load after: {os.getloadavg()[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

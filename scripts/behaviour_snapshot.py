@@ -7,6 +7,7 @@ Every run has a fixed seed; the records compared are `summary.json`, `metrics.js
 `rounds.jsonl`, less what measures time or names a path. Runs are deterministic on one machine with one torch thread
 count: record both sides on the same machine and installation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,16 @@ def runs() -> dict[str, list[str]]:
 def untimed(x):
     """`x` without the keys that hold timings or paths (they differ from run to run)."""
     if isinstance(x, dict):
-        return {k: untimed(v) for k, v in x.items()
-                if not (k.startswith("time/") or k.endswith("_time_s") or "wall_time" in k
-                        or k in ("output", "final_checkpoint"))}
+        return {
+            k: untimed(v)
+            for k, v in x.items()
+            if not (
+                k.startswith("time/")
+                or k.endswith("_time_s")
+                or "wall_time" in k
+                or k in ("output", "final_checkpoint")
+            )
+        }
     if isinstance(x, list):
         return [untimed(v) for v in x]
     return x

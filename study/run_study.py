@@ -16,6 +16,7 @@ each method runs with its preset's knobs (xrpo/algo/presets.py, docs/methods.md)
 config) and --config-overrides apply to every method alike; docs/results.md lists them. The statistics are described
 in study/study_report.py and docs/results.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,11 +44,31 @@ from xrpo.trainer.config import build_config, to_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # treepo-sampling is the paper's TPO-S baseline (the sampler alone); treepo adds TreePO's own tree advantage
-DEFAULT_METHODS = ("grpo", "dapo", "gspo", "treepo-sampling", "treepo", "cures", "xrpo", "xrpo-no-icl", "xrpo-no-as",
-                   "xrpo-no-as-icl", "xrpo-no-hrp", "xrpo-gspo")
+DEFAULT_METHODS = (
+    "grpo",
+    "dapo",
+    "gspo",
+    "treepo-sampling",
+    "treepo",
+    "cures",
+    "xrpo",
+    "xrpo-no-icl",
+    "xrpo-no-as",
+    "xrpo-no-as-icl",
+    "xrpo-no-hrp",
+    "xrpo-gspo",
+)
 # keys the study sets itself (one flag each); a --config-overrides entry for them would split the budget
-OWNED = {"method.name": "--methods", "seed": "--seeds", "steps": "--steps", "output": "--out",
-         "eval_samples": "--eval-samples", "eval_k": "--eval-k", "eval_every": "--eval-every", "threads": "--threads"}
+OWNED = {
+    "method.name": "--methods",
+    "seed": "--seeds",
+    "steps": "--steps",
+    "output": "--out",
+    "eval_samples": "--eval-samples",
+    "eval_k": "--eval-k",
+    "eval_every": "--eval-every",
+    "threads": "--threads",
+}
 
 
 class StudyError(ValueError):
@@ -68,8 +89,10 @@ def check_methods(methods: list[str]) -> None:
     valid = list_presets()
     unknown = [m for m in methods if m not in valid]
     if unknown:
-        raise StudyError(f"unknown method(s) {', '.join(unknown)}: not presets of xrpo.algo.presets "
-                         f"(valid: {', '.join(valid)}); pass --methods with the ones to run")
+        raise StudyError(
+            f"unknown method(s) {', '.join(unknown)}: not presets of xrpo.algo.presets "
+            f"(valid: {', '.join(valid)}); pass --methods with the ones to run"
+        )
     dup = sorted({m for m in methods if methods.count(m) > 1})
     if dup:
         raise StudyError(f"method(s) listed twice: {', '.join(dup)}")
@@ -86,12 +109,17 @@ def check_overrides(items: list[str], config: str | None) -> None:
         if not Path(config).is_file():
             raise StudyError(f"--config {config} does not exist")
         loaded = yaml.safe_load(Path(config).read_text()) or {}
-        sets = {f"{k}.{kk}" if isinstance(v, dict) else k for k, v in loaded.items()
-                for kk in (v if isinstance(v, dict) else [None])}
+        sets = {
+            f"{k}.{kk}" if isinstance(v, dict) else k
+            for k, v in loaded.items()
+            for kk in (v if isinstance(v, dict) else [None])
+        }
         clash = sorted(k for k in sets if k in OWNED)
         if clash:
-            raise StudyError(f"--config {config} sets {', '.join(clash)}: the study sets these for every run; use "
-                             + ", ".join(OWNED[k] for k in clash))
+            raise StudyError(
+                f"--config {config} sets {', '.join(clash)}: the study sets these for every run; use "
+                + ", ".join(OWNED[k] for k in clash)
+            )
 
 
 def eval_ks(args) -> list[int]:
@@ -101,9 +129,16 @@ def eval_ks(args) -> list[int]:
 def run_overrides(args, method: str, seed: int, path: Path) -> list[str]:
     # the study's own keys come last, so that they are what the run uses
     return list(args.config_overrides) + [
-        f"method.name={method}", f"seed={seed}", f"steps={args.steps}", f"output={path}",
-        f"eval_samples={args.eval_samples}", f"eval_k=[{', '.join(str(k) for k in eval_ks(args))}]",
-        f"eval_every={args.eval_every}", f"threads={args.threads}", "keep_last=1", "progress=false",
+        f"method.name={method}",
+        f"seed={seed}",
+        f"steps={args.steps}",
+        f"output={path}",
+        f"eval_samples={args.eval_samples}",
+        f"eval_k=[{', '.join(str(k) for k in eval_ks(args))}]",
+        f"eval_every={args.eval_every}",
+        f"threads={args.threads}",
+        "keep_last=1",
+        "progress=false",
         "tensorboard=false",
     ]
 
@@ -111,8 +146,11 @@ def run_overrides(args, method: str, seed: int, path: Path) -> list[str]:
 def plan(args) -> list[Spec]:
     """Runs in seed-major order (every method of seed 0 first), so a partial study already compares all methods."""
     out = Path(args.out).resolve()
-    return [Spec(m, s, out / m / f"seed{s}", run_overrides(args, m, s, out / m / f"seed{s}"))
-            for s in args.seeds for m in args.methods]
+    return [
+        Spec(m, s, out / m / f"seed{s}", run_overrides(args, m, s, out / m / f"seed{s}"))
+        for s in args.seeds
+        for m in args.methods
+    ]
 
 
 def run_state(spec: Spec) -> str:
@@ -136,13 +174,18 @@ def check_same_config(spec: Spec, wanted: dict) -> None:
     diffs = []
     for sec, val in wanted.items():
         if isinstance(val, dict):
-            diffs += [f"{sec}.{k}: saved {saved.get(sec, {}).get(k)!r}, asked {v!r}" for k, v in val.items()
-                      if saved.get(sec, {}).get(k) != v]
+            diffs += [
+                f"{sec}.{k}: saved {saved.get(sec, {}).get(k)!r}, asked {v!r}"
+                for k, v in val.items()
+                if saved.get(sec, {}).get(k) != v
+            ]
         elif saved.get(sec) != val:
             diffs.append(f"{sec}: saved {saved.get(sec)!r}, asked {val!r}")
     if diffs:
-        raise StudyError(f"{spec.path} was made with another configuration ({'; '.join(diffs[:6])}"
-                         f"{' ...' if len(diffs) > 6 else ''}); use another --out or remove that run directory")
+        raise StudyError(
+            f"{spec.path} was made with another configuration ({'; '.join(diffs[:6])}"
+            f"{' ...' if len(diffs) > 6 else ''}); use another --out or remove that run directory"
+        )
 
 
 # ================================================================================================ running
@@ -173,8 +216,16 @@ def execute(spec: Spec, state: str, config: str | None) -> dict:
         log.write(f"\n=== {start} {state}: {shlex.join(cmd)}\n")
         log.flush()
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(), cwd=os.getcwd()).returncode
-    seg = {"start": start, "mode": state, "rc": rc, "wall_s": time.perf_counter() - t0, "load1_start": load0,
-           "load1_end": os.getloadavg()[0], "machine": machine(), "command": cmd}
+    seg = {
+        "start": start,
+        "mode": state,
+        "rc": rc,
+        "wall_s": time.perf_counter() - t0,
+        "load1_start": load0,
+        "load1_end": os.getloadavg()[0],
+        "machine": machine(),
+        "command": cmd,
+    }
     record = spec.path / "study_run.json"
     segs = json.loads(record.read_text())["segments"] if record.exists() else []
     report.write_atomic(record, json.dumps({"segments": segs + [seg]}, indent=1))
@@ -226,8 +277,10 @@ def run_all(args, specs: list[Spec], states: dict[str, str], log=print) -> list[
                 what = f"pass@1 {s['pass@1_before']:.3f} -> {s['pass@1_after']:.3f}"
             else:
                 what = f"FAILED (exit {seg['rc']}), see {spec.path / 'study.log'}"
-            log(f"[{time.perf_counter() - t0:7.0f}s] {finished[0]}/{len(todo)} {spec.method} seed{spec.seed}: "
-                f"{seg['wall_s']:.0f}s, {what}")
+            log(
+                f"[{time.perf_counter() - t0:7.0f}s] {finished[0]}/{len(todo)} {spec.method} seed{spec.seed}: "
+                f"{seg['wall_s']:.0f}s, {what}"
+            )
         return spec, seg
 
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
@@ -244,25 +297,35 @@ def setup_lines(args, runs: dict) -> list[str]:
     any_run = next((r for rs in runs.values() for r in rs), None)
     if any_run is not None:
         c = any_run.config
-        lines.append(f"Task and model: `data.train={c['data']['train']}` ({c['data']['n_train']} training / "
-                     f"{c['data']['n_heldout']} held-out problems when default), `model.path={c['model']['path']}`.")
-        lines.append(f"Budget, every method: {c['steps']} steps of {c['rollout']['prompts_per_step']} prompts × "
-                     f"{c['rollout']['rollouts_per_step']} rollouts, ≤ {c['rollout']['max_new_tokens']} new tokens, "
-                     f"temperature {c['rollout']['temperature']}, lr {c['optim']['lr']}, seeds "
-                     f"{sorted({r.seed for rs in runs.values() for r in rs})}.")
-        lines.append(f"Evaluation: {c['eval_samples']} samples per held-out problem at temperature "
-                     f"{c['eval_temperature']}, pass@k for k = {c['eval_k']}, cons@{c['eval_samples']}; validation "
-                     f"every {c['eval_every']} steps and at the end.")
+        lines.append(
+            f"Task and model: `data.train={c['data']['train']}` ({c['data']['n_train']} training / "
+            f"{c['data']['n_heldout']} held-out problems when default), `model.path={c['model']['path']}`."
+        )
+        lines.append(
+            f"Budget, every method: {c['steps']} steps of {c['rollout']['prompts_per_step']} prompts × "
+            f"{c['rollout']['rollouts_per_step']} rollouts, ≤ {c['rollout']['max_new_tokens']} new tokens, "
+            f"temperature {c['rollout']['temperature']}, lr {c['optim']['lr']}, seeds "
+            f"{sorted({r.seed for rs in runs.values() for r in rs})}."
+        )
+        lines.append(
+            f"Evaluation: {c['eval_samples']} samples per held-out problem at temperature "
+            f"{c['eval_temperature']}, pass@k for k = {c['eval_k']}, cons@{c['eval_samples']}; validation "
+            f"every {c['eval_every']} steps and at the end."
+        )
         segs = [s for rs in runs.values() for r in rs for s in r.segments]
         if segs:
             loads = [x for s in segs for x in (s.get("load1_start"), s.get("load1_end")) if x is not None]
             where = sorted({s["machine"] for s in segs if s.get("machine")}) or ["not recorded"]
-            lines.append(f"Machine: {'; '.join(where)}; {args.workers} runs at a time, torch threads "
-                         f"{c.get('threads')}; 1-minute load average at run start/end "
-                         f"{min(loads):.1f}–{max(loads):.1f}.")
+            lines.append(
+                f"Machine: {'; '.join(where)}; {args.workers} runs at a time, torch threads "
+                f"{c.get('threads')}; 1-minute load average at run start/end "
+                f"{min(loads):.1f}–{max(loads):.1f}."
+            )
     extra = list(args.config_overrides) + ([f"--config {args.config}"] if args.config else [])
-    lines.append(f"Applied to every method besides the study's own settings: "
-                 f"{', '.join(f'`{x}`' for x in extra) if extra else 'nothing'}.")
+    lines.append(
+        f"Applied to every method besides the study's own settings: "
+        f"{', '.join(f'`{x}`' for x in extra) if extra else 'nothing'}."
+    )
     lines.append(f"Command: `{args.command_line}`.")
     return lines
 
@@ -272,8 +335,12 @@ def make_report(args, log=print) -> Path:
     if not runs:
         raise StudyError(f"no finished runs under {args.out} for methods {', '.join(args.methods)}")
     agg = report.aggregate(runs, target=args.target, seeds=args.seeds)
-    meta = {"methods": list(args.methods), "setup_lines": setup_lines(args, runs),
-            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "out": str(args.out)}
+    meta = {
+        "methods": list(args.methods),
+        "setup_lines": setup_lines(args, runs),
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "out": str(args.out),
+    }
     report.write_report(Path(args.doc), agg, meta)
     log(f"wrote {args.doc} and {Path(args.doc).parent / Path(args.doc).stem}/")
     return Path(args.doc)
@@ -281,27 +348,43 @@ def make_report(args, log=print) -> Path:
 
 # ================================================================================================ CLI
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Defaults are the CPU study of docs/results.md; the GPU one: "
-                                        "configs/study_gpu.yaml.")
-    ap.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS),
-                    help="presets to train (default: %(default)s)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Defaults are the CPU study of docs/results.md; the GPU one: configs/study_gpu.yaml.",
+    )
+    ap.add_argument(
+        "--methods", nargs="+", default=list(DEFAULT_METHODS), help="presets to train (default: %(default)s)"
+    )
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds, each run once per method")
     ap.add_argument("--steps", type=int, default=120, help="training steps per run (default: %(default)s)")
     ap.add_argument("--eval-every", type=int, default=20, help="validation cadence for the curves and steps-to-target")
     ap.add_argument("--eval-samples", type=int, default=16, help="samples per held-out problem (cons@n uses all n)")
-    ap.add_argument("--eval-k", nargs="+", type=int, default=[1, 4, 8, 16],
-                    help="k of pass@k (those above --eval-samples are dropped)")
-    ap.add_argument("--target", type=float, default=None,
-                    help="held-out pass@1 target for steps-to-target, a fraction (default: GRPO's final mean pass@1)")
+    ap.add_argument(
+        "--eval-k",
+        nargs="+",
+        type=int,
+        default=[1, 4, 8, 16],
+        help="k of pass@k (those above --eval-samples are dropped)",
+    )
+    ap.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="held-out pass@1 target for steps-to-target, a fraction (default: GRPO's final mean pass@1)",
+    )
     ap.add_argument("--workers", type=int, default=2, help="training processes at a time (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per training process")
     ap.add_argument("--out", default="runs/study", help="run directories OUT/<method>/seed<k> (default: %(default)s)")
     ap.add_argument("--doc", default=str(ROOT / "docs" / "results.md"), help="the results document to write")
     ap.add_argument("--config", help="trainer YAML applied to every method (model, data, rollout, optim sections)")
-    ap.add_argument("--config-overrides", nargs="+", default=[], metavar="KEY=VALUE",
-                    help="trainer overrides applied to every method, e.g. data.n_heldout=100")
+    ap.add_argument(
+        "--config-overrides",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="trainer overrides applied to every method, e.g. data.n_heldout=100",
+    )
     ap.add_argument("--report-only", action="store_true", help="train nothing; rebuild the document from OUT")
     ap.add_argument("--plan", action="store_true", help="print each run's state (done / resume / new) and exit")
     args = ap.parse_args(argv)
@@ -339,8 +422,10 @@ def main(argv: list[str] | None = None, log=print) -> int:
         print(f"study: error: {e}", file=sys.stderr)
         return 2
     counts = {k: sum(1 for v in states.values() if v == k) for k in ("done", "resume", "new")}
-    log(f"{len(specs)} runs ({len(args.methods)} methods x {len(args.seeds)} seeds) in {Path(args.out).resolve()}: "
-        f"{counts['done']} done, {counts['resume']} to resume, {counts['new']} to start; {args.workers} at a time")
+    log(
+        f"{len(specs)} runs ({len(args.methods)} methods x {len(args.seeds)} seeds) in {Path(args.out).resolve()}: "
+        f"{counts['done']} done, {counts['resume']} to resume, {counts['new']} to start; {args.workers} at a time"
+    )
     if args.plan:
         for s in specs:
             log(f"  {states[str(s.path)]:6s} {s.method} seed{s.seed}  {s.path}")
@@ -356,8 +441,11 @@ def main(argv: list[str] | None = None, log=print) -> int:
         rc = 2
     for spec, seg in failed:
         why = seg.get("error") or f"exit {seg['rc']}"
-        print(f"study: {spec.method} seed{spec.seed} failed ({why}); log: {spec.path / 'study.log'}; run the same "
-              f"command again to retry it", file=sys.stderr)
+        print(
+            f"study: {spec.method} seed{spec.seed} failed ({why}); log: {spec.path / 'study.log'}; run the same "
+            f"command again to retry it",
+            file=sys.stderr,
+        )
     return 1 if failed else rc
 
 

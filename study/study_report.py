@@ -16,6 +16,7 @@ Statistics (fixed before any run; docs/results.md repeats them):
       interpolated between the two validations around the crossing; 0 when it is reached before training; None when
       never reached. Speed-up = GRPO's step / the method's step.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,10 +37,19 @@ END = "<!-- study:end -->"
 
 ABLATIONS = ("xrpo-no-icl", "xrpo-no-as", "xrpo-no-as-icl", "xrpo-no-hrp")
 LABELS = {
-    "grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO", "treepo-sampling": "TreePO sampling (TPO-S)",
-    "treepo": "TreePO (tree sampling + tree advantage)", "cures": "CurES", "xrpo": "XRPO",
-    "xrpo-no-icl": "XRPO w/o ICL", "xrpo-no-as": "XRPO w/o AS", "xrpo-no-as-icl": "XRPO w/o AS+ICL",
-    "xrpo-no-hrp": "XRPO w/o HRP", "xrpo-gspo": "XRPO + GSPO", "dr_grpo": "Dr. GRPO",
+    "grpo": "GRPO",
+    "dapo": "DAPO",
+    "gspo": "GSPO",
+    "treepo-sampling": "TreePO sampling (TPO-S)",
+    "treepo": "TreePO (tree sampling + tree advantage)",
+    "cures": "CurES",
+    "xrpo": "XRPO",
+    "xrpo-no-icl": "XRPO w/o ICL",
+    "xrpo-no-as": "XRPO w/o AS",
+    "xrpo-no-as-icl": "XRPO w/o AS+ICL",
+    "xrpo-no-hrp": "XRPO w/o HRP",
+    "xrpo-gspo": "XRPO + GSPO",
+    "dr_grpo": "Dr. GRPO",
     "grpo-deepseekmath": "GRPO (DeepSeekMath)",
 }
 
@@ -47,27 +57,41 @@ LABELS = {
 # Exploitation"). Models and benchmarks differ from this study's; these are for reading the direction and size of
 # differences, not for equality.
 PAPER_MAIN = {  # Table 1 (Qwen3-1.7B, Avg. over AIME'25, HMMT'25, BRUMO'25): (pass@1, cons@32); CurES: Table 12
-    "gspo": (33.23, 41.11), "dapo": (30.94, 33.33), "treepo-sampling": (26.91, 33.33), "cures": (31.98, 32.22),
+    "gspo": (33.23, 41.11),
+    "dapo": (30.94, 33.33),
+    "treepo-sampling": (26.91, 33.33),
+    "cures": (31.98, 32.22),
     "xrpo": (35.13, 45.56),
 }
 PAPER_QWEN25 = {  # Table 6 (Qwen2.5-7B-Instruct, Avg. over AIME'24, AIME'25, BRUMO'25): (pass@1, pass@4, cons@32)
-    "grpo": (10.96, 19.90, 16.67), "dapo": (11.70, 21.50, 17.78), "treepo-sampling": (11.08, 20.16, 16.67),
+    "grpo": (10.96, 19.90, 16.67),
+    "dapo": (11.70, 21.50, 17.78),
+    "treepo-sampling": (11.08, 20.16, 16.67),
     "xrpo": (12.05, 22.41, 20.00),
 }
 PAPER_ABLATION = {  # Table 5 (Qwen3-1.7B, Avg. over AIME'24, AIME'25, HMMT'25, BRUMO'25): (pass@1, cons@32);
     # w/o HRP from §4.3's text ("drops pass@1 from 37.81 to 35.10 and cons@32 from 47.50 to 45.83")
-    "xrpo": (37.81, 47.50), "xrpo-no-as": (34.35, 45.00), "xrpo-no-icl": (36.87, 43.33),
-    "xrpo-no-as-icl": (34.32, 41.67), "xrpo-no-hrp": (35.10, 45.83), "dapo": (33.28, 35.83), "treepo-sampling": (29.77, 37.50),
+    "xrpo": (37.81, 47.50),
+    "xrpo-no-as": (34.35, 45.00),
+    "xrpo-no-icl": (36.87, 43.33),
+    "xrpo-no-as-icl": (34.32, 41.67),
+    "xrpo-no-hrp": (35.10, 45.83),
+    "dapo": (33.28, 35.83),
+    "treepo-sampling": (29.77, 37.50),
 }
 PAPER_PASSK = {  # Table 13 (Qwen3-1.7B, avg. of AIME'25, HMMT'25, BRUMO'25): pass@4, pass@8, pass@16, pass@32
-    "gspo": (46.09, 52.01, 57.60, 62.22), "dapo": (42.37, 47.50, 52.14, 56.67), "treepo-sampling": (40.18, 47.16, 54.69, 63.33),
+    "gspo": (46.09, 52.01, 57.60, 62.22),
+    "dapo": (42.37, 47.50, 52.14, 56.67),
+    "treepo-sampling": (40.18, 47.16, 54.69, 63.33),
     "xrpo": (48.65, 55.92, 62.07, 65.56),
 }
 PAPER_SPEEDUP = (
     "2.4× (GSM8K, 82.5% at step 420 vs ≈1K) and 2.7× (MATH-500, 75% at step 450 vs ≈1.2K); "
     "§4.2 and the appendix on training dynamics"
 )
-PAPER_NONUNIFORM = 0.916  # appendix on non-uniform allocation: "HRP produces non-uniform allocations in 91.6% of training rounds"
+PAPER_NONUNIFORM = (
+    0.916  # appendix on non-uniform allocation: "HRP produces non-uniform allocations in 91.6% of training rounds"
+)
 PAPER_MAX_EXTRA = 7  # same appendix: "per-prompt budgets ranging from 0 to 7 extra rollouts"
 PAPER_FLIP = "6.2% (Qwen2.5-7B-Instruct) and 4.2% (Qwen3-1.7B) of hard questions (§4.3, the ICL success-rate figure)"
 PAPER_LENGTH = "ICL shortens responses by 6.17% (Qwen2.5) and 34.7% (Qwen3) (Table 3)"
@@ -213,8 +237,17 @@ def load_run(path: Path) -> Run | None:
     for key in ("heldout_after", "heldout_before", "eval_history"):
         if key not in summary:
             raise StudyDataError(f"{path / 'summary.json'}: no {key!r} (expected the trainer's summary)")
-    return Run(method=config["method"]["name"], seed=int(config["seed"]), path=path, summary=summary, config=config,
-               metrics=last_per_step(metrics), rounds=rounds, segments=segments, unreadable_lines=bad_m + bad_r)
+    return Run(
+        method=config["method"]["name"],
+        seed=int(config["seed"]),
+        path=path,
+        summary=summary,
+        config=config,
+        metrics=last_per_step(metrics),
+        rounds=rounds,
+        segments=segments,
+        unreadable_lines=bad_m + bad_r,
+    )
 
 
 def load_runs(out: Path, methods: Sequence[str], seeds: Sequence[int]) -> dict[str, list[Run]]:
@@ -244,8 +277,10 @@ def run_figures(run: Run) -> dict[str, Any]:
     budget = cfg["rollout"]["rollouts_per_step"]
     rows = run.metrics
     # DAPO's dynamic sampling generates whole batches of `budget` rollouts and trains on the kept groups only
-    generated = sum(r.get("rollout/gen_batches", 1.0) * budget if "rollout/gen_batches" in r
-                    else r.get("rollout/count", 0.0) for r in rows)
+    generated = sum(
+        r.get("rollout/gen_batches", 1.0) * budget if "rollout/gen_batches" in r else r.get("rollout/count", 0.0)
+        for r in rows
+    )
     trained = sum(r.get("rollout/count", 0.0) for r in rows)
     tokens = sum(r.get("loss/tokens", 0.0) for r in rows)
     prompt_steps = sum(r.get("rollout/kept_groups", cfg["rollout"]["prompts_per_step"]) for r in rows)
@@ -273,10 +308,16 @@ def run_figures(run: Run) -> dict[str, Any]:
         "trained_rollouts": trained,
         "trained_tokens": tokens,
         "generated_tokens": None if any("rollout/gen_batches" in r for r in rows) else tokens,
-        "gen_batches": (float(np.mean([r["rollout/gen_batches"] for r in rows]))
-                        if any("rollout/gen_batches" in r for r in rows) else None),
-        "train_length": float(np.mean([r["rollout/response_length_mean"] for r in rows
-                                       if "rollout/response_length_mean" in r])) if rows else float("nan"),
+        "gen_batches": (
+            float(np.mean([r["rollout/gen_batches"] for r in rows]))
+            if any("rollout/gen_batches" in r for r in rows)
+            else None
+        ),
+        "train_length": float(
+            np.mean([r["rollout/response_length_mean"] for r in rows if "rollout/response_length_mean" in r])
+        )
+        if rows
+        else float("nan"),
         "planned_rounds": int(x.get("planned_rounds", 0)),
         "nonuniform_share": float(x.get("nonuniform_round_share", 0.0)),
         "max_extra": float(x.get("max_extra", 0.0)),
@@ -326,8 +367,10 @@ def aggregate(runs: dict[str, list[Run]], *, target: float | None = None, seeds:
     if target is not None:
         out["target"] = {"value": float(target), "rule": "given with --target"}
     elif "grpo" in figs and p1 in keys:
-        out["target"] = {"value": float(np.mean([f["final"][p1] for f in figs["grpo"]])),
-                         "rule": "GRPO's final held-out pass@1, mean over its seeds"}
+        out["target"] = {
+            "value": float(np.mean([f["final"][p1] for f in figs["grpo"]])),
+            "rule": "GRPO's final held-out pass@1, mean over its seeds",
+        }
     else:
         out["target"] = {"value": None, "rule": "none: GRPO was not run and --target was not given"}
     tval = out["target"]["value"]
@@ -346,23 +389,44 @@ def aggregate(runs: dict[str, list[Run]], *, target: float | None = None, seeds:
             d["steps_to_target"] = steps_to_target(steps, [c.mean for c in curve], tval)
             d["steps_to_target_by_seed"] = [
                 steps_to_target(sorted(f["history"]), [f["history"][s][p1] for s in sorted(f["history"])], tval)
-                for f in fs]
-        for name in ("wall_s", "train_s", "generated_rollouts", "trained_rollouts", "trained_tokens",
-                     "generated_tokens", "gen_batches", "train_length", "planned_rounds", "nonuniform_share",
-                     "max_extra", "seeded_prompt_steps", "seeded_prompt_rounds", "flips", "sharpened",
-                     "prompt_steps"):
+                for f in fs
+            ]
+        for name in (
+            "wall_s",
+            "train_s",
+            "generated_rollouts",
+            "trained_rollouts",
+            "trained_tokens",
+            "generated_tokens",
+            "gen_batches",
+            "train_length",
+            "planned_rounds",
+            "nonuniform_share",
+            "max_extra",
+            "seeded_prompt_steps",
+            "seeded_prompt_rounds",
+            "flips",
+            "sharpened",
+            "prompt_steps",
+        ):
             d[name] = _stat_of(fs, lambda f, n=name: f[n]).as_dict()
         d["train_s_per_step"] = _stat_of(fs, lambda f: f["train_s"] / max(f["steps"], 1)).as_dict()
-        d["flip_rate"] = _stat_of(fs, lambda f: f["flips"] / f["seeded_prompt_steps"]
-                                  if f["seeded_prompt_steps"] else None).as_dict()
-        d["seeded_share"] = _stat_of(fs, lambda f: f["seeded_prompt_steps"] / f["prompt_steps"]
-                                     if f["prompt_steps"] else None).as_dict()
+        d["flip_rate"] = _stat_of(
+            fs, lambda f: f["flips"] / f["seeded_prompt_steps"] if f["seeded_prompt_steps"] else None
+        ).as_dict()
+        d["seeded_share"] = _stat_of(
+            fs, lambda f: f["seeded_prompt_steps"] / f["prompt_steps"] if f["prompt_steps"] else None
+        ).as_dict()
         d["eval_length"] = _stat_of(fs, lambda f: f["final"].get("eval/response_length_mean")).as_dict()
         d["eval_truncation"] = _stat_of(fs, lambda f: f["final"].get("eval/truncation_rate")).as_dict()
-        d["zero_extra_share"] = _stat_of(fs, lambda f: float(np.mean(np.asarray(f["extras"]) == 0))
-                                         if f["extras"] else None).as_dict()
-        d["extras_hist"] = np.bincount(np.asarray([e for f in fs for e in f["extras"]], dtype=np.int64)).tolist() \
-            if any(f["extras"] for f in fs) else []
+        d["zero_extra_share"] = _stat_of(
+            fs, lambda f: float(np.mean(np.asarray(f["extras"]) == 0)) if f["extras"] else None
+        ).as_dict()
+        d["extras_hist"] = (
+            np.bincount(np.asarray([e for f in fs for e in f["extras"]], dtype=np.int64)).tolist()
+            if any(f["extras"] for f in fs)
+            else []
+        )
         d["round_budget"] = fs[0]["round_budget"]
         d["prompts_per_round"] = fs[0]["prompts_per_round"]
         d["icl"] = any(f["icl"] for f in fs)
@@ -374,8 +438,11 @@ def aggregate(runs: dict[str, list[Run]], *, target: float | None = None, seeds:
     # XRPO against every other method, paired by seed
     if "xrpo" in out["methods"]:
         x = out["methods"]["xrpo"]["final_by_seed"]
-        out["paired"] = {m: {k: paired_difference(x[k], d["final_by_seed"][k]).as_dict() for k in keys}
-                         for m, d in out["methods"].items() if m != "xrpo"}
+        out["paired"] = {
+            m: {k: paired_difference(x[k], d["final_by_seed"][k]).as_dict() for k in keys}
+            for m, d in out["methods"].items()
+            if m != "xrpo"
+        }
     # a method not reaching the target vs GRPO's step: speed-up ratios
     g = out["methods"].get("grpo", {}).get("steps_to_target")
     for d in out["methods"].values():
@@ -402,8 +469,11 @@ def _metric_label(k: str) -> str:
 
 
 def _cell(d: dict, scale: float = 100.0, digits: int = 2) -> str:
-    return Stat(d["mean"] if d["mean"] is not None else float("nan"),
-                d["ci95"] if d["ci95"] is not None else float("nan"), d["n"]).fmt(scale, digits)
+    return Stat(
+        d["mean"] if d["mean"] is not None else float("nan"),
+        d["ci95"] if d["ci95"] is not None else float("nan"),
+        d["n"],
+    ).fmt(scale, digits)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -457,16 +527,24 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         L.append(f"- **Warning: the runs do not share one budget**: {diffs}.")
     resumed = {m: M[m]["resumed_runs"] for m in order if M[m]["resumed_runs"]}
     if resumed:
-        L.append("- Runs resumed from a checkpoint (their wall time sums the segments): "
-                 + ", ".join(f"{m} {n}" for m, n in resumed.items()) + ".")
+        L.append(
+            "- Runs resumed from a checkpoint (their wall time sums the segments): "
+            + ", ".join(f"{m} {n}" for m, n in resumed.items())
+            + "."
+        )
     bad = {m: M[m]["unreadable_lines"] for m in order if M[m]["unreadable_lines"]}
     if bad:
-        L.append("- Unreadable log lines (a process killed mid-write), recovered where possible: "
-                 + ", ".join(f"{m} {n}" for m, n in bad.items()) + ".")
+        L.append(
+            "- Unreadable log lines (a process killed mid-write), recovered where possible: "
+            + ", ".join(f"{m} {n}" for m, n in bad.items())
+            + "."
+        )
     L.append("")
-    L.append("All accuracies are percentages on the held-out split, mean ± half-width of the 95% Student-t interval "
-             "over seeds (no interval with one seed). The paper's numbers come from other models and benchmarks: "
-             "compare directions and sizes of differences, not values.")
+    L.append(
+        "All accuracies are percentages on the held-out split, mean ± half-width of the 95% Student-t interval "
+        "over seeds (no interval with one seed). The paper's numbers come from other models and benchmarks: "
+        "compare directions and sizes of differences, not values."
+    )
     L.append("")
 
     # ---------------------------------------------------------------- Table 1
@@ -483,8 +561,10 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         rows.append(["*before training*"] + [_cell(first["before"][k]) for k in keys])
     L += _table(header, rows)
     L.append("")
-    L.append(f"{_n_note(agg, main)}; best mean per column in bold. pass@k: unbiased estimator over the samples per "
-             f"problem; cons@n: majority vote over all n samples.")
+    L.append(
+        f"{_n_note(agg, main)}; best mean per column in bold. pass@k: unbiased estimator over the samples per "
+        f"problem; cons@n: majority vote over all n samples."
+    )
     L.append("")
     prow = [[_label(m), *(f"{v:.2f}" for v in PAPER_MAIN[m])] for m in main if m in PAPER_MAIN]
     if prow:
@@ -493,8 +573,10 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         L += _table(["Method", "pass@1", "cons@32"], prow)
         L.append("")
     if "paired" in agg:
-        L.append("XRPO minus each method, paired by seed (percentage points; an interval that excludes 0 is a "
-                 "difference larger than the seed-to-seed noise at 95%):")
+        L.append(
+            "XRPO minus each method, paired by seed (percentage points; an interval that excludes 0 is a "
+            "difference larger than the seed-to-seed noise at 95%):"
+        )
         L.append("")
         pk = [k for k in keys if k in ("eval/pass@1",) or k.startswith("eval/cons@")]
         rows = []
@@ -519,16 +601,23 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         L.append("## Table 2: XRPO against GRPO (paper: Table 2; relative gain as in Table 6)")
         L.append("")
         g, x = M["grpo"]["final"], M["xrpo"]["final"]
-        rows = [["GRPO"] + [_cell(g[k]) for k in keys], ["XRPO"] + [_cell(x[k]) for k in keys],
-                ["XRPO − GRPO (paired)"] + [_signed(agg["paired"]["grpo"][k]) for k in keys],
-                ["relative gain"] + [_rel(x[k]["mean"], g[k]["mean"]) for k in keys]]
+        rows = [
+            ["GRPO"] + [_cell(g[k]) for k in keys],
+            ["XRPO"] + [_cell(x[k]) for k in keys],
+            ["XRPO − GRPO (paired)"] + [_signed(agg["paired"]["grpo"][k]) for k in keys],
+            ["relative gain"] + [_rel(x[k]["mean"], g[k]["mean"]) for k in keys],
+        ]
         L += _table(["Method"] + [_metric_label(k) for k in keys], rows)
         L.append("")
-        L.append("The paper: Llama-3.2-3B (Table 2, Avg.) GRPO 4.17 / 8.65, XRPO 4.48 / 10.19 (pass@1 / pass@4); "
-                 "Qwen2.5-7B-Instruct (Table 6) relative gain +10.7% pass@1, +12.6% pass@4, +23.6% cons@32.")
+        L.append(
+            "The paper: Llama-3.2-3B (Table 2, Avg.) GRPO 4.17 / 8.65, XRPO 4.48 / 10.19 (pass@1 / pass@4); "
+            "Qwen2.5-7B-Instruct (Table 6) relative gain +10.7% pass@1, +12.6% pass@4, +23.6% cons@32."
+        )
         L.append("")
-        L.append("Table 4 of the paper (hyperparameter sensitivity) has no counterpart: the study runs each method "
-                 "with its preset's values only.")
+        L.append(
+            "Table 4 of the paper (hyperparameter sensitivity) has no counterpart: the study runs each method "
+            "with its preset's values only."
+        )
         L.append("")
 
     # ---------------------------------------------------------------- Table 5 (ablations)
@@ -539,8 +628,11 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         rows, means = [], []
         for m in abl_rows:
             p = PAPER_ABLATION.get(m)
-            rows.append([_label(m)] + [_cell(M[m]["final"][k]) for k in ak]
-                        + ([f"{p[0]:.2f}", f"{p[1]:.2f}"] if p else ["—", "—"]))
+            rows.append(
+                [_label(m)]
+                + [_cell(M[m]["final"][k]) for k in ak]
+                + ([f"{p[0]:.2f}", f"{p[1]:.2f}"] if p else ["—", "—"])
+            )
             means.append([M[m]["final"][k]["mean"] for k in ak] + [None, None])
         _bold_best(rows, means)
         L += _table(["Method"] + [_metric_label(k) for k in ak] + ["paper pass@1", "paper cons@32"], rows)
@@ -553,19 +645,23 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
 
     # ---------------------------------------------------------------- steps to target
     t = agg["target"]
-    L.append("## Steps to target accuracy (paper: §4.2, appendix \"Training Dynamics\")")
+    L.append('## Steps to target accuracy (paper: §4.2, appendix "Training Dynamics")')
     L.append("")
     if t["value"] is None:
         L.append(f"No target: {t['rule']}.")
     else:
-        L.append(f"Target: held-out pass@1 = {100 * t['value']:.2f}% ({t['rule']}). Step: where the seed-mean "
-                 f"validation curve first reaches it, interpolated linearly between validations. Speed-up: GRPO's "
-                 f"step / the method's step (paper: {PAPER_SPEEDUP}).")
+        L.append(
+            f"Target: held-out pass@1 = {100 * t['value']:.2f}% ({t['rule']}). Step: where the seed-mean "
+            f"validation curve first reaches it, interpolated linearly between validations. Speed-up: GRPO's "
+            f"step / the method's step (paper: {PAPER_SPEEDUP})."
+        )
         before = [M[m]["before"]["eval/pass@1"]["mean"] for m in order if "eval/pass@1" in M[m]["before"]]
         if before and t["value"] <= max(b for b in before if b is not None):
             L.append("")
-            L.append("**The target is not above the accuracy before training**: every method reaches it at step 0 "
-                     "and the speed-ups say nothing.")
+            L.append(
+                "**The target is not above the accuracy before training**: every method reaches it at step 0 "
+                "and the speed-ups say nothing."
+            )
         L.append("")
         rows = []
         for m in order:
@@ -575,43 +671,76 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
             total = d["curve"]["steps"][-1] if d["curve"]["steps"] else 0
             per_seed = ", ".join("—" if s is None else f"{s:.0f}" for s in d["steps_to_target_by_seed"])
             sp = d["speedup"]
-            sp_txt = ("—" if sp is None else "∞ (at step 0)" if sp["bound"] == "inf"
-                      else f"< {sp['value']:.2f}×" if sp["bound"] == "<" else f"{sp['value']:.2f}×")
+            sp_txt = (
+                "—"
+                if sp is None
+                else "∞ (at step 0)"
+                if sp["bound"] == "inf"
+                else f"< {sp['value']:.2f}×"
+                if sp["bound"] == "<"
+                else f"{sp['value']:.2f}×"
+            )
             rows.append([_label(m), _fmt_step(d["steps_to_target"], total), per_seed, sp_txt])
         L += _table(["Method", "steps (seed-mean curve)", "steps per seed", "speed-up vs GRPO"], rows)
         L.append("")
     if "curves" in figures:
         L.append(f"![held-out pass@1 during training]({figures['curves']})")
         L.append("")
-        L.append("Held-out pass@1 at every validation, mean over seeds with the 95% interval as a band; the dashed "
-                 "line is the target.")
+        L.append(
+            "Held-out pass@1 at every validation, mean over seeds with the 95% interval as a band; the dashed "
+            "line is the target."
+        )
         L.append("")
     if "reward" in figures:
         L.append(f"![training reward]({figures['reward']})")
         L.append("")
-        L.append("Mean reward of each step's training rollouts (10-step moving average of the seed mean). Not "
-                 "comparable across all methods: XRPO's includes its ICL-seeded rollouts, DAPO's only the groups "
-                 "dynamic sampling kept.")
+        L.append(
+            "Mean reward of each step's training rollouts (10-step moving average of the seed mean). Not "
+            "comparable across all methods: XRPO's includes its ICL-seeded rollouts, DAPO's only the groups "
+            "dynamic sampling kept."
+        )
         L.append("")
 
     # ---------------------------------------------------------------- allocation
     hrp = [m for m in order if M[m]["hrp"]]
     if hrp:
-        L.append("## Rollout allocation (paper: appendix \"Non-Uniform Rollout Allocation Statistics\")")
+        L.append('## Rollout allocation (paper: appendix "Non-Uniform Rollout Allocation Statistics")')
         L.append("")
         d0 = M[hrp[0]]
-        even = (f"{d0['round_budget']:.0f} extra rollouts over {d0['prompts_per_round']} prompts per round, "
-                f"{d0['round_budget'] / d0['prompts_per_round']:.1f} each if split evenly"
-                if d0["round_budget"] and d0["prompts_per_round"] else "")
-        L.append(f"A planning round is non-uniform when its allocation differs from an even split of its budget "
-                 f"({even}). Paper: non-uniform in {100 * PAPER_NONUNIFORM:.1f}% of rounds, 0 to {PAPER_MAX_EXTRA} "
-                 f"extra rollouts per prompt.")
+        even = (
+            f"{d0['round_budget']:.0f} extra rollouts over {d0['prompts_per_round']} prompts per round, "
+            f"{d0['round_budget'] / d0['prompts_per_round']:.1f} each if split evenly"
+            if d0["round_budget"] and d0["prompts_per_round"]
+            else ""
+        )
+        L.append(
+            f"A planning round is non-uniform when its allocation differs from an even split of its budget "
+            f"({even}). Paper: non-uniform in {100 * PAPER_NONUNIFORM:.1f}% of rounds, 0 to {PAPER_MAX_EXTRA} "
+            f"extra rollouts per prompt."
+        )
         L.append("")
-        rows = [[_label(m), _cell(M[m]["planned_rounds"], 1, 0), _cell(M[m]["nonuniform_share"], 100, 1),
-                 _cell(M[m]["zero_extra_share"], 100, 1), _cell(M[m]["max_extra"], 1, 1),
-                 f"{len(M[m]['extras_hist']) - 1}" if M[m]["extras_hist"] else "—"] for m in hrp]
-        L += _table(["Method", "planned rounds per run", "non-uniform rounds (%)",
-                     "(prompt, round) pairs with 0 extra (%)", "max extra per run", "max extra, all runs"], rows)
+        rows = [
+            [
+                _label(m),
+                _cell(M[m]["planned_rounds"], 1, 0),
+                _cell(M[m]["nonuniform_share"], 100, 1),
+                _cell(M[m]["zero_extra_share"], 100, 1),
+                _cell(M[m]["max_extra"], 1, 1),
+                f"{len(M[m]['extras_hist']) - 1}" if M[m]["extras_hist"] else "—",
+            ]
+            for m in hrp
+        ]
+        L += _table(
+            [
+                "Method",
+                "planned rounds per run",
+                "non-uniform rounds (%)",
+                "(prompt, round) pairs with 0 extra (%)",
+                "max extra per run",
+                "max extra, all runs",
+            ],
+            rows,
+        )
         L.append("")
         if "alloc" in figures:
             L.append(f"![extra rollouts per prompt and round]({figures['alloc']})")
@@ -622,28 +751,58 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
     if icl:
         L.append("## ICL seeding (paper: §4.3, ICL success-rate figure)")
         L.append("")
-        L.append("A *hard prompt* here is a (step, prompt) pair that had no correct rollout before a planning round "
-                 "and got an ICL prompt in that round (its corpus had neighbours and the round gave it extra "
-                 "rollouts): its *seeded prompt-steps*, counted once per step even when seeded in both rounds. A "
-                 "*flip* is such a pair whose ICL rollouts include a correct one (at most one per pair: a flipped "
-                 "prompt is solved and not seeded again). Flip rate = flips / seeded prompt-steps. Hard prompts "
-                 "that got no extra rollouts or found no neighbours are not in the denominator (the trainer does "
-                 f"not log them). Paper: ICL flips {PAPER_FLIP}.")
+        L.append(
+            "A *hard prompt* here is a (step, prompt) pair that had no correct rollout before a planning round "
+            "and got an ICL prompt in that round (its corpus had neighbours and the round gave it extra "
+            "rollouts): its *seeded prompt-steps*, counted once per step even when seeded in both rounds. A "
+            "*flip* is such a pair whose ICL rollouts include a correct one (at most one per pair: a flipped "
+            "prompt is solved and not seeded again). Flip rate = flips / seeded prompt-steps. Hard prompts "
+            "that got no extra rollouts or found no neighbours are not in the denominator (the trainer does "
+            f"not log them). Paper: ICL flips {PAPER_FLIP}."
+        )
         L.append("")
-        rows = [[_label(m), _cell(M[m]["prompt_steps"], 1, 0), _cell(M[m]["seeded_prompt_steps"], 1, 0),
-                 _cell(M[m]["seeded_share"], 100, 1), _cell(M[m]["flips"], 1, 1), _cell(M[m]["flip_rate"], 100, 2),
-                 _cell(M[m]["sharpened"], 1, 0)] for m in icl]
-        L += _table(["Method", "trained prompt-steps per run", "seeded prompt-steps per run", "seeded share (%)",
-                     "flips per run", "flip rate (%)", "sharpened advantages per run"], rows)
+        rows = [
+            [
+                _label(m),
+                _cell(M[m]["prompt_steps"], 1, 0),
+                _cell(M[m]["seeded_prompt_steps"], 1, 0),
+                _cell(M[m]["seeded_share"], 100, 1),
+                _cell(M[m]["flips"], 1, 1),
+                _cell(M[m]["flip_rate"], 100, 2),
+                _cell(M[m]["sharpened"], 1, 0),
+            ]
+            for m in icl
+        ]
+        L += _table(
+            [
+                "Method",
+                "trained prompt-steps per run",
+                "seeded prompt-steps per run",
+                "seeded share (%)",
+                "flips per run",
+                "flip rate (%)",
+                "sharpened advantages per run",
+            ],
+            rows,
+        )
         L.append("")
 
     # ---------------------------------------------------------------- lengths (Table 3)
     L.append("## Response length (paper: Table 3)")
     L.append("")
-    rows = [[_label(m), _cell(M[m]["train_length"], 1, 2), _cell(M[m]["eval_length"], 1, 2),
-             _cell(M[m]["eval_truncation"], 100, 2)] for m in order]
-    L += _table(["Method", "training rollouts (tokens, mean over steps)", "held-out, final (tokens)",
-                 "held-out truncated (%)"], rows)
+    rows = [
+        [
+            _label(m),
+            _cell(M[m]["train_length"], 1, 2),
+            _cell(M[m]["eval_length"], 1, 2),
+            _cell(M[m]["eval_truncation"], 100, 2),
+        ]
+        for m in order
+    ]
+    L += _table(
+        ["Method", "training rollouts (tokens, mean over steps)", "held-out, final (tokens)", "held-out truncated (%)"],
+        rows,
+    )
     L.append("")
     if "xrpo" in M and "xrpo-no-icl" in M:
         a, b = M["xrpo"]["train_length"]["mean"], M["xrpo-no-icl"]["train_length"]["mean"]
@@ -659,17 +818,42 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         d = M[m]
         ratio = _ratio(d["wall_s"]["mean"], g["wall_s"]["mean"]) if g else "—"
         sratio = _ratio(d["train_s_per_step"]["mean"], g["train_s_per_step"]["mean"]) if g else "—"
-        rows.append([_label(m), _cell(d["wall_s"], 1, 0), ratio, _cell(d["train_s_per_step"], 1, 3), sratio,
-                     _cell(d["generated_rollouts"], 1, 0), _cell(d["trained_rollouts"], 1, 0),
-                     _cell(d["generated_tokens"], 1, 0), _cell(d["trained_tokens"], 1, 0),
-                     _cell(d["gen_batches"], 1, 2)])
-    L += _table(["Method", "wall (s)", "wall / GRPO", "train step (s)", "step / GRPO", "generated rollouts",
-                 "trained rollouts", "generated tokens", "trained tokens", "generation batches per step"], rows)
+        rows.append(
+            [
+                _label(m),
+                _cell(d["wall_s"], 1, 0),
+                ratio,
+                _cell(d["train_s_per_step"], 1, 3),
+                sratio,
+                _cell(d["generated_rollouts"], 1, 0),
+                _cell(d["trained_rollouts"], 1, 0),
+                _cell(d["generated_tokens"], 1, 0),
+                _cell(d["trained_tokens"], 1, 0),
+                _cell(d["gen_batches"], 1, 2),
+            ]
+        )
+    L += _table(
+        [
+            "Method",
+            "wall (s)",
+            "wall / GRPO",
+            "train step (s)",
+            "step / GRPO",
+            "generated rollouts",
+            "trained rollouts",
+            "generated tokens",
+            "trained tokens",
+            "generation batches per step",
+        ],
+        rows,
+    )
     L.append("")
-    L.append("Wall: the whole `xrpo train` process (model load, validations, checkpoints included; the sum of its "
-             "segments when resumed). Train step: mean of `time/step` (rollouts, update; no validation). Generated "
-             "tokens are completion tokens; DAPO's are not logged for the groups it drops (—). Timings depend on "
-             "what else ran on the machine: see the load in the setup above.")
+    L.append(
+        "Wall: the whole `xrpo train` process (model load, validations, checkpoints included; the sum of its "
+        "segments when resumed). Train step: mean of `time/step` (rollouts, update; no validation). Generated "
+        "tokens are completion tokens; DAPO's are not logged for the groups it drops (—). Timings depend on "
+        "what else ran on the machine: see the load in the setup above."
+    )
     L.append("")
 
     # ---------------------------------------------------------------- findings (neutral)
@@ -717,8 +901,7 @@ def findings(agg: dict, order: Sequence[str]) -> list[str]:
     out.append(f"Highest mean held-out pass@1: {_label(best)} ({_cell(M[best]['final'][p1])}).")
     if cons:
         bc = max(order, key=lambda m: M[m]["final"][cons[0]]["mean"])
-        out.append(f"Highest mean held-out {_metric_label(cons[0])}: {_label(bc)} "
-                   f"({_cell(M[bc]['final'][cons[0]])}).")
+        out.append(f"Highest mean held-out {_metric_label(cons[0])}: {_label(bc)} ({_cell(M[bc]['final'][cons[0]])}).")
     for m, diffs in agg.get("paired", {}).items():
         parts = []
         for k in [p1] + cons[:1]:
@@ -726,8 +909,13 @@ def findings(agg: dict, order: Sequence[str]) -> list[str]:
             if d["n"] == 0:
                 continue
             ex = _excludes_zero(d)
-            verdict = ("one seed, no interval" if ex is None else
-                       "the interval excludes 0" if ex else "the interval includes 0")
+            verdict = (
+                "one seed, no interval"
+                if ex is None
+                else "the interval excludes 0"
+                if ex
+                else "the interval includes 0"
+            )
             parts.append(f"{_metric_label(k)} {_signed(d)} ({verdict})")
         if parts:
             out.append(f"XRPO − {_label(m)}: " + "; ".join(parts) + f", over {diffs[p1]['n']} paired seeds.")
@@ -736,32 +924,41 @@ def findings(agg: dict, order: Sequence[str]) -> list[str]:
         here = sorted(ab, key=lambda m: -M[m]["final"][p1]["mean"])
         paper = sorted(ab, key=lambda m: -PAPER_ABLATION[m][0])
         same = "the same as" if here == paper else "different from"
-        out.append(f"Ablation order by mean pass@1: {' > '.join(_label(m) for m in here)}; {same} the paper's "
-                   f"({' > '.join(_label(m) for m in paper)}).")
+        out.append(
+            f"Ablation order by mean pass@1: {' > '.join(_label(m) for m in here)}; {same} the paper's "
+            f"({' > '.join(_label(m) for m in paper)})."
+        )
     if "xrpo" in M and M["xrpo"].get("speedup"):
         sp = M["xrpo"]["speedup"]
         s = M["xrpo"]["steps_to_target"]
         g = M["grpo"]["steps_to_target"]
         if sp["bound"] == "=":
-            out.append(f"XRPO reached the target pass@1 at step {s:.1f}, GRPO at {g:.1f}: {sp['value']:.2f}× "
-                       f"(paper: 2.4–2.7×).")
+            out.append(
+                f"XRPO reached the target pass@1 at step {s:.1f}, GRPO at {g:.1f}: {sp['value']:.2f}× "
+                f"(paper: 2.4–2.7×)."
+            )
         elif sp["bound"] == "<":
             out.append(f"XRPO did not reach the target pass@1 within the run; GRPO reached it at step {g:.1f}.")
         else:
             out.append("XRPO was at or above the target pass@1 before training.")
     if "xrpo" in M and M["xrpo"]["hrp"]:
-        out.append(f"XRPO's allocation was non-uniform in {_cell(M['xrpo']['nonuniform_share'], 100, 1)}% of "
-                   f"planning rounds (paper: 91.6%); largest extra allocation to one prompt in one round: "
-                   f"{len(M['xrpo']['extras_hist']) - 1 if M['xrpo']['extras_hist'] else 0} (paper: 7).")
+        out.append(
+            f"XRPO's allocation was non-uniform in {_cell(M['xrpo']['nonuniform_share'], 100, 1)}% of "
+            f"planning rounds (paper: 91.6%); largest extra allocation to one prompt in one round: "
+            f"{len(M['xrpo']['extras_hist']) - 1 if M['xrpo']['extras_hist'] else 0} (paper: 7)."
+        )
     if "xrpo" in M and M["xrpo"]["icl"]:
-        out.append(f"XRPO's ICL flip rate: {_cell(M['xrpo']['flip_rate'], 100, 2)}% of seeded prompt-steps "
-                   f"(paper: 4.2–6.2% of hard questions).")
+        out.append(
+            f"XRPO's ICL flip rate: {_cell(M['xrpo']['flip_rate'], 100, 2)}% of seeded prompt-steps "
+            f"(paper: 4.2–6.2% of hard questions)."
+        )
     if "grpo" in M and "xrpo" in M:
         x, g = M["xrpo"], M["grpo"]
         wall = _ratio(x["wall_s"]["mean"], g["wall_s"]["mean"])
         step = _ratio(x["train_s_per_step"]["mean"], g["train_s_per_step"]["mean"])
-        out.append(f"XRPO's wall time per run was {wall}× GRPO's, its mean training step {step}× (paper: 1.047× "
-                   f"per step).")
+        out.append(
+            f"XRPO's wall time per run was {wall}× GRPO's, its mean training step {step}× (paper: 1.047× per step)."
+        )
     return out
 
 
@@ -785,8 +982,10 @@ def plot_figures(agg: dict, order: Sequence[str], fig_dir: Path) -> dict[str, Pa
     order = [m for m in order if m in M]
     fig_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, Path] = {}
-    groups = [("baselines and XRPO", [m for m in order if m not in ABLATIONS]),
-              ("XRPO and its ablations", [m for m in order if m in ("xrpo", *ABLATIONS)])]
+    groups = [
+        ("baselines and XRPO", [m for m in order if m not in ABLATIONS]),
+        ("XRPO and its ablations", [m for m in order if m in ("xrpo", *ABLATIONS)]),
+    ]
     groups = [(t, ms) for t, ms in groups if ms]
     if groups:
         fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), 4.2), squeeze=False)
@@ -796,7 +995,7 @@ def plot_figures(agg: dict, order: Sequence[str], fig_dir: Path) -> dict[str, Pa
                 if not c["steps"]:
                     continue
                 x, y = np.asarray(c["steps"]), 100 * np.asarray(c["mean"])
-                line, = ax.plot(x, y, marker="o", ms=3, label=_label(m))
+                (line,) = ax.plot(x, y, marker="o", ms=3, label=_label(m))
                 h = np.asarray([np.nan if v is None else v for v in c["ci95"]], dtype=float)
                 if np.isfinite(h).any():
                     ax.fill_between(x, y - 100 * h, y + 100 * h, color=line.get_color(), alpha=0.15)
@@ -819,7 +1018,7 @@ def plot_figures(agg: dict, order: Sequence[str], fig_dir: Path) -> dict[str, Pa
             y = np.asarray(r["mean"])
             w = min(10, len(y))
             smooth = np.convolve(y, np.ones(w) / w, mode="valid")
-            ax.plot(np.asarray(r["steps"])[w - 1:], smooth, label=_label(m))
+            ax.plot(np.asarray(r["steps"])[w - 1 :], smooth, label=_label(m))
         ax.set_xlabel("training step")
         ax.set_ylabel("training reward (moving average)")
         ax.grid(alpha=0.3)
@@ -882,8 +1081,11 @@ def write_report(doc_path: Path, agg: dict, meta: dict) -> dict[str, Path]:
     rel = {k: os.path.relpath(p, doc_path.parent).replace(os.sep, "/") for k, p in figs.items()}
     md = render_markdown(agg, meta, rel)
     if not figs:
-        md = md.replace("## Steps to target", "Figures skipped: matplotlib is not installed (`pip install "
-                        "'xrpo[plot]'`).\n\n## Steps to target", 1)
+        md = md.replace(
+            "## Steps to target",
+            "Figures skipped: matplotlib is not installed (`pip install 'xrpo[plot]'`).\n\n## Steps to target",
+            1,
+        )
     fig_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(fig_dir / "results.json", json.dumps({"meta": meta, **agg}, indent=1, default=_json_default))
     doc = doc_path.read_text() if doc_path.exists() else DEFAULT_HEADER
@@ -899,4 +1101,3 @@ def _json_default(x):
     if isinstance(x, Path):
         return str(x)
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-

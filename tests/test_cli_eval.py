@@ -1,5 +1,6 @@
 """`xrpo eval` and `xrpo report` through the command line's main(): a tiny model saved to disk, a small JSONL and CHAMP
 by name; the outputs a person looks at; bad input reported in one line with exit status 2."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ from xrpo.algo.passk import majority_vote, mean_pass_at_k
 from xrpo.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
-VERIFIER = textwrap.dedent('''
+VERIFIER = textwrap.dedent("""
     from xrpo.rewards import VerifyResult
 
     def verify(completion, reference):
         return VerifyResult(score=float(len(completion) % 2 == 0), answer=str(len(completion) % 2))
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +35,29 @@ def env(tmp_path_factory, tiny_model, tiny_tokenizer):
 def test_eval_end_to_end(env, tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(env))
     out = tmp_path / "out"
-    rc = main(["eval", str(env / "model"), str(env / "arith.jsonl"), "champ", "--n", "4", "--k", "1,2", "4",
-               "--limit", "5", "--max-new-tokens", "8", "--verifier", "cli_parity_verifier:verify",
-               "--output", str(out), "--chunk-size", "3"])
+    rc = main(
+        [
+            "eval",
+            str(env / "model"),
+            str(env / "arith.jsonl"),
+            "champ",
+            "--n",
+            "4",
+            "--k",
+            "1,2",
+            "4",
+            "--limit",
+            "5",
+            "--max-new-tokens",
+            "8",
+            "--verifier",
+            "cli_parity_verifier:verify",
+            "--output",
+            str(out),
+            "--chunk-size",
+            "3",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "| Metric | arith | champ | Avg. |" in printed
@@ -56,7 +77,8 @@ def test_eval_end_to_end(env, tmp_path, monkeypatch, capsys):
             assert m[f"pass@{k}"] == pytest.approx(mean_pass_at_k(ns, cs, k), abs=1e-12)
         assert m["cons@4"] == pytest.approx(sum(majority_vote(r["answers"], r["correct"]) for r in recs) / 5)
     assert res["average"]["pass@1"] == pytest.approx(
-        (res["datasets"]["arith"]["metrics"]["pass@1"] + res["datasets"]["champ"]["metrics"]["pass@1"]) / 2)
+        (res["datasets"]["arith"]["metrics"]["pass@1"] + res["datasets"]["champ"]["metrics"]["pass@1"]) / 2
+    )
     md = (out / "results.md").read_text()
     assert f"| pass@1 | {100 * res['datasets']['arith']['metrics']['pass@1']:.2f} |" in md
     assert "| cons@4 |" in md and "| problems (Avg.: total) | 5 | 5 | 10 |" in md
@@ -74,13 +96,16 @@ def test_eval_malformed_row_names_file_and_row(env, tmp_path, capsys):
     assert not (tmp_path / "o").exists()  # the data is checked before anything is written or loaded
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--n", "4", "--k", "8"], "every --k must be in [1, n=4], got [8]"),
-    (["--greedy", "--n", "4"], "--greedy draws one sample per problem"),
-    (["--temperature", "0"], "--temperature must be > 0 (use --greedy"),
-    (["--prompt-template", "no placeholder"], "--prompt-template must contain {prompt}"),
-    (["--verifier", "no_such_verifier"], "unknown verifier 'no_such_verifier'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--n", "4", "--k", "8"], "every --k must be in [1, n=4], got [8]"),
+        (["--greedy", "--n", "4"], "--greedy draws one sample per problem"),
+        (["--temperature", "0"], "--temperature must be > 0 (use --greedy"),
+        (["--prompt-template", "no placeholder"], "--prompt-template must contain {prompt}"),
+        (["--verifier", "no_such_verifier"], "unknown verifier 'no_such_verifier'"),
+    ],
+)
 def test_eval_bad_options(env, tmp_path, capsys, args, message):
     rc = main(["eval", str(env / "model"), str(env / "arith.jsonl"), "--output", str(tmp_path / "o"), *args])
     err = capsys.readouterr().err.strip()
@@ -94,28 +119,64 @@ def test_eval_column_map_applies_to_a_dataset_with_options(env, tmp_path, monkey
     rows = [{"key": f"u{i}", "Q": f"What is {i} + 1?", "A": i + 1} for i in range(3)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    rc = main(["eval", str(env / "model"), f"{data}:name=U,id=key", "--column-map", "prompt=Q,answer=A",
-               "--n", "2", "--limit", "2", "--max-new-tokens", "4", "--verifier", "cli_parity_verifier:verify",
-               "--output", str(out)])
+    rc = main(
+        [
+            "eval",
+            str(env / "model"),
+            f"{data}:name=U,id=key",
+            "--column-map",
+            "prompt=Q,answer=A",
+            "--n",
+            "2",
+            "--limit",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--verifier",
+            "cli_parity_verifier:verify",
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     res = json.loads((out / "results.json").read_text())
-    assert res["datasets"]["U"]["loaded_as"] == {"format": "jsonl", "layout": "generic", "prompt": "Q", "answer": "A",
-                                                 "id": "key"}
+    assert res["datasets"]["U"]["loaded_as"] == {
+        "format": "jsonl",
+        "layout": "generic",
+        "prompt": "Q",
+        "answer": "A",
+        "id": "key",
+    }
     assert [r["id"] for r in res["per_problem"]["U"]] == ["u0", "u1"]
 
 
-@pytest.mark.parametrize("name, text, spec, message", [
-    ("upper.jsonl", '{"Q": "q", "A": "1"}\n', ":name=U",
-     "no prompt field: expected one of ['problem', 'question', 'prompt'] or verl's 'prompt' "
-     "(or pass {path}:prompt=FIELD)"),
-    ("many.jsonl", '{"question": "q", "answers": ["1", "2"]}\n', ":answer=answers",
-     "field 'answers' is a list of 2 answers; xrpo needs one reference string: "
-     "choose one with {path}:answer=answers.0"),
-    ("rows.txt", '{"question": "q", "answer": "1"}\n', "",
-     "cannot tell the format from the extension '.txt'; pass {path}:format=jsonl or {path}:format=json or"),
-    ("rows.txt", '{"question": "q", "answer": "1"}\n', ":format=csv", "{path}: format: unknown format 'csv'"),
-    ("rows.jsonl", '{"question": "q", "answer": "1"}\n', ":layout=nope", "{path}: layout: unknown layout 'nope'"),
-])
+@pytest.mark.parametrize(
+    "name, text, spec, message",
+    [
+        (
+            "upper.jsonl",
+            '{"Q": "q", "A": "1"}\n',
+            ":name=U",
+            "no prompt field: expected one of ['problem', 'question', 'prompt'] or verl's 'prompt' "
+            "(or pass {path}:prompt=FIELD)",
+        ),
+        (
+            "many.jsonl",
+            '{"question": "q", "answers": ["1", "2"]}\n',
+            ":answer=answers",
+            "field 'answers' is a list of 2 answers; xrpo needs one reference string: "
+            "choose one with {path}:answer=answers.0",
+        ),
+        (
+            "rows.txt",
+            '{"question": "q", "answer": "1"}\n',
+            "",
+            "cannot tell the format from the extension '.txt'; pass {path}:format=jsonl or {path}:format=json or",
+        ),
+        ("rows.txt", '{"question": "q", "answer": "1"}\n', ":format=csv", "{path}: format: unknown format 'csv'"),
+        ("rows.jsonl", '{"question": "q", "answer": "1"}\n', ":layout=nope", "{path}: layout: unknown layout 'nope'"),
+    ],
+)
 def test_eval_data_errors_use_the_command_line_syntax(env, tmp_path, capsys, name, text, spec, message):
     path = tmp_path / name
     path.write_text(text)

@@ -1,5 +1,6 @@
 """`xrpo simulate` through the command line's main(): the outputs, --config with flags over it, --sweep, --help
 listing every option, and bad input reported in one line with exit status 2."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,24 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def test_simulate_writes_table_json_and_plots(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "sim"
-    rc = main(["simulate", "--steps", "20", "--methods", "uniform,hrp,dapo,oracle", "--dist",
-               "0.5*0 + 0.5*beta(1,3)", "--icl", "--icl-mult", "0.5", "--concurrency", "1,64", "--output", str(out)])
+    rc = main(
+        [
+            "simulate",
+            "--steps",
+            "20",
+            "--methods",
+            "uniform,hrp,dapo,oracle",
+            "--dist",
+            "0.5*0 + 0.5*beta(1,3)",
+            "--icl",
+            "--icl-mult",
+            "0.5",
+            "--concurrency",
+            "1,64",
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     md = (out / "simulate.md").read_text()
@@ -48,21 +65,26 @@ def test_config_file_and_flags_over_it(tmp_path, capsys):
 def test_sweep_writes_its_table(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "sw"
-    assert main(["simulate", "--steps", "10", "--methods", "uniform,hrp", "--sweep", "n_base=2,4",
-                 "--output", str(out)]) == 0
+    assert (
+        main(["simulate", "--steps", "10", "--methods", "uniform,hrp", "--sweep", "n_base=2,4", "--output", str(out)])
+        == 0
+    )
     sw = json.loads((out / "sweep.json").read_text())
     assert sw["name"] == "n_base" and sw["values"] == [2, 4]
     assert (out / "sweep.md").read_text().count("\n") == 4
     assert (out / "sweep_n_base.png").read_bytes()[:8] == PNG
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["--methods", "uniform,grpo"], "methods: unknown method 'grpo'"),
-    (["--dist", "0.5*0 + 0.6*1"], "dist: weights must sum to 1"),
-    (["--rounds-file", "no/such/run"], "rounds_file: no/such/run does not exist"),
-    (["--rollouts", "10"], "rollouts must be >= n_base * prompts"),
-    (["--sweep", "steps=1,2"], "sweep: cannot sweep 'steps'"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--methods", "uniform,grpo"], "methods: unknown method 'grpo'"),
+        (["--dist", "0.5*0 + 0.6*1"], "dist: weights must sum to 1"),
+        (["--rounds-file", "no/such/run"], "rounds_file: no/such/run does not exist"),
+        (["--rollouts", "10"], "rollouts must be >= n_base * prompts"),
+        (["--sweep", "steps=1,2"], "sweep: cannot sweep 'steps'"),
+    ],
+)
 def test_bad_input_is_one_line(argv, match, capsys):
     assert main(["simulate", "--steps", "5", *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -1,4 +1,5 @@
 """The README's set-up commands are what CI runs and what a new user types: check they stay true."""
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,15 @@ def test_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert test_cmd.index("pip uninstall -y torchvision torchaudio torchcodec") < test_cmd.index("python -m pytest")
     # .ci/run extracts the block after the marker; check it gets exactly the test command
     out = subprocess.run(
-        ["awk", r"/<!-- test-command -->/{f=1;next} f&&/^```bash/{g=1;next} g&&/^```/{exit} g{print}",
-         str(ROOT / "README.md")], capture_output=True, text=True, check=True).stdout.strip()
+        [
+            "awk",
+            r"/<!-- test-command -->/{f=1;next} f&&/^```bash/{g=1;next} g&&/^```/{exit} g{print}",
+            str(ROOT / "README.md"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == test_cmd
     assert "awk '/<!-- test-command -->/" in (ROOT / ".ci" / "run").read_text()
 
@@ -42,8 +50,9 @@ def test_cli_help_lists_every_config_field():
 
     top = subprocess.run([sys.executable, "-m", "xrpo.cli", "--help"], capture_output=True, text=True, check=True)
     assert "train" in top.stdout
-    res = subprocess.run([sys.executable, "-m", "xrpo.cli", "train", "--help"], capture_output=True, text=True,
-                         check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "xrpo.cli", "train", "--help"], capture_output=True, text=True, check=True
+    )
     for cls in [TrainConfig, *SECTIONS.values()]:
         for f in fields(cls):
             if f.name not in SECTIONS:

@@ -1,4 +1,5 @@
 """The `xrpo` command line: `xrpo train`, `xrpo eval`, `xrpo report`, `xrpo simulate`, `xrpo verl`."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,13 +14,16 @@ def _train(args) -> int:
 
     if args.resume:
         if args.config or args.overrides:
-            raise SystemExit("xrpo train: --resume continues a run with its saved config.yaml; "
-                             "--config and key=value overrides are not allowed with it")
+            raise SystemExit(
+                "xrpo train: --resume continues a run with its saved config.yaml; "
+                "--config and key=value overrides are not allowed with it"
+            )
         train(None, resume=args.resume)  # type: ignore[arg-type]
         return 0
     cfg = build_config(args.config, args.overrides)
     train(cfg)
     return 0
+
 
 def _verl(args) -> int:
     # verl is an optional extra: imported only by this subcommand
@@ -44,6 +48,7 @@ def _verl(args) -> int:
     run(config)
     return 0
 
+
 def _eval(args) -> int:
     from xrpo.eval.config import EvalConfig
     from xrpo.eval.evaluate import evaluate
@@ -55,16 +60,19 @@ def _eval(args) -> int:
     try:
         evaluate(EvalConfig(**values))
     except KeyboardInterrupt:
-        print("xrpo eval: interrupted; finished problems are saved: re-run the same command to continue",
-              file=sys.stderr)
+        print(
+            "xrpo eval: interrupted; finished problems are saved: re-run the same command to continue", file=sys.stderr
+        )
         return 130
     return 0
+
 
 def _report(args) -> int:
     from xrpo.eval.report import make_report
 
     make_report(args.run_dir, args.output, html_page=not args.no_html)
     return 0
+
 
 def _simulate(args) -> int:
     from xrpo.sim.runner import SimConfig, run_cli
@@ -99,8 +107,10 @@ def _simulate(args) -> int:
     run_cli(cfg, output=args.output, sweep_spec=args.sweep, plots=not args.no_plots)
     return 0
 
+
 def _str_list(text: str) -> list[str]:
     return [x for x in text.replace(",", " ").split() if x]
+
 
 def _add_simulate_parser(sub) -> None:
     """`xrpo simulate` options come from SimConfig's fields and their docstrings."""
@@ -109,21 +119,30 @@ def _add_simulate_parser(sub) -> None:
 
     docs = field_docs(SimConfig)
     sp = sub.add_parser(
-        "simulate", help="allocation simulator: what each rollout-allocation rule buys per step (no model, seconds)",
+        "simulate",
+        help="allocation simulator: what each rollout-allocation rule buys per step (no model, seconds)",
         description="Simulate training steps from prompt success rates alone (a Beta mixture, or the rates measured "
-                    "in a run's rounds.jsonl): uniform (GRPO), HRP proportional / greedy, CurES, DAPO refill and the "
-                    "best allocation in hindsight, through the library's own allocation functions. Prints a "
-                    "Markdown table (mean ± 95% interval over steps) and the paper's latency model of rounds; "
-                    "with --output also writes simulate.md, simulate.json and plots. docs/simulate.md explains "
-                    "every figure. Examples: xrpo simulate; xrpo simulate --dist '0.5*0 + 0.5*beta(1,4)' --icl "
-                    "--icl-mult 0.5; xrpo simulate --rounds-file runs/x --output sim; xrpo simulate --sweep "
-                    "lam=0,0.1,0.3,1 --output sim",
+        "in a run's rounds.jsonl): uniform (GRPO), HRP proportional / greedy, CurES, DAPO refill and the "
+        "best allocation in hindsight, through the library's own allocation functions. Prints a "
+        "Markdown table (mean ± 95% interval over steps) and the paper's latency model of rounds; "
+        "with --output also writes simulate.md, simulate.json and plots. docs/simulate.md explains "
+        "every figure. Examples: xrpo simulate; xrpo simulate --dist '0.5*0 + 0.5*beta(1,4)' --icl "
+        "--icl-mult 0.5; xrpo simulate --rounds-file runs/x --output sim; xrpo simulate --sweep "
+        "lam=0,0.1,0.3,1 --output sim",
     )
     sp.add_argument("--config", help="YAML file of these options (underscored names); flags given here override it")
-    sp.add_argument("--output", metavar="DIR", help="write simulate.md, simulate.json, simulate.png, latency.png "
-                    "(sweep: sweep.md, sweep.json, sweep_NAME.png) there; default: print the table only")
-    sp.add_argument("--sweep", metavar="NAME=V1,V2,...", help="re-run the simulator for each value of one option "
-                    f"({', '.join(SWEEPABLE)}); for dist separate the mixtures with ';'")
+    sp.add_argument(
+        "--output",
+        metavar="DIR",
+        help="write simulate.md, simulate.json, simulate.png, latency.png "
+        "(sweep: sweep.md, sweep.json, sweep_NAME.png) there; default: print the table only",
+    )
+    sp.add_argument(
+        "--sweep",
+        metavar="NAME=V1,V2,...",
+        help="re-run the simulator for each value of one option "
+        f"({', '.join(SWEEPABLE)}); for dist separate the mixtures with ';'",
+    )
     sp.add_argument("--no-plots", action="store_true", help="with --output, write no PNGs (no matplotlib needed)")
     S = argparse.SUPPRESS
     for name, f in SimConfig.__dataclass_fields__.items():
@@ -147,11 +166,13 @@ def _add_simulate_parser(sub) -> None:
             sp.add_argument(flag, default=S, help=h)
     sp.set_defaults(func=_simulate)
 
+
 def _int_list(text: str) -> list[int]:
     try:
         return [int(x) for x in text.replace(",", " ").split()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected integers, got {text!r}") from None
+
 
 def _add_eval_parser(sub) -> None:
     """`xrpo eval` options come from EvalConfig's fields and their docstrings (one source for --help and docs)."""
@@ -160,16 +181,27 @@ def _add_eval_parser(sub) -> None:
 
     docs = field_docs(EvalConfig)
     ev = sub.add_parser(
-        "eval", help="pass@k, cons@n, response length and truncation of a model on benchmark files",
+        "eval",
+        help="pass@k, cons@n, response length and truncation of a model on benchmark files",
         description="Sample n completions per problem, verify them, and report pass@k / cons@n per dataset and on "
-                    "average (results.json, results.md, pass_at_k.png, lengths.png; resumable). Examples: "
-                    "xrpo eval default default; xrpo eval runs/x aime24.parquet champ --n 32; "
-                    "xrpo eval Qwen/Qwen2.5-Math-1.5B math500.jsonl --prompt-template boxed --engine vllm",
+        "average (results.json, results.md, pass_at_k.png, lengths.png; resumable). Examples: "
+        "xrpo eval default default; xrpo eval runs/x aime24.parquet champ --n 32; "
+        "xrpo eval Qwen/Qwen2.5-Math-1.5B math500.jsonl --prompt-template boxed --engine vllm",
     )
     ev.add_argument("model", help=docs["model"])
     ev.add_argument("data", nargs="*", metavar="DATA", help=docs["data"] + " Default: default.")
-    ints = {"n", "max_new_tokens", "seed", "icl_k", "limit", "batch_size", "chunk_size", "threads",
-            "max_prompt_tokens", "vllm_max_model_len"}
+    ints = {
+        "n",
+        "max_new_tokens",
+        "seed",
+        "icl_k",
+        "limit",
+        "batch_size",
+        "chunk_size",
+        "threads",
+        "max_prompt_tokens",
+        "vllm_max_model_len",
+    }
     for name in EvalConfig.__dataclass_fields__:
         if name in ("model", "data"):
             continue
@@ -193,6 +225,7 @@ def _add_eval_parser(sub) -> None:
         else:
             ev.add_argument(flag, default=default, help=h)
     ev.set_defaults(func=_eval)
+
 
 def build_parser() -> argparse.ArgumentParser:
     from xrpo.trainer.config import help_text
@@ -231,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulate_parser(sub)
     return parser
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -248,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a broken install or a bug, not a missing optional extra
         print(f"xrpo {args.command}: error: {e}", file=sys.stderr)
         return 2
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,6 +7,7 @@ Offline (no download). A Llama rather than xrpo's tiny Qwen2: verl's agent loop 
 tokenizer does not have; for ``llama`` verl uses its generic protocol. Head size 64, which vLLM's attention kernels
 support. It learns nothing useful in two steps: the smoke test checks that the pipeline runs, not that it trains well.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,9 +21,17 @@ def build_tiny_llama(tokenizer, *, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, intermediate_size=256, max_position_embeddings=4096, tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
     )
     gen = torch.random.fork_rng()
     with gen:

@@ -12,6 +12,7 @@ written by `xrpo.data.save_problems_verl_parquet`: ``prompt`` (chat messages), `
 ``data_source``, ``extra_info.index`` (the problem id, which the ICL corpus keys on). ``--instruction`` is appended
 to each prompt's last user message (e.g. the answer format the verifier expects).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-train", type=int, default=2048, help="--task default: training problems")
     ap.add_argument("--n-val", type=int, default=128, help="--task default: validation problems")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--instruction", default=None,
-                    help=f"appended to every prompt (default for files: {BOXED!r}; none for --task default)")
+    ap.add_argument(
+        "--instruction",
+        default=None,
+        help=f"appended to every prompt (default for files: {BOXED!r}; none for --task default)",
+    )
     ap.add_argument("--out", required=True, help="output directory for train.parquet and val.parquet")
     args = ap.parse_args(argv)
 

@@ -112,8 +112,11 @@ def test_group_advantages_hand(backend):
     s2 = 1 / math.sqrt(2)
     assert_allclose(to_np(group_advantages(r, g, eps=0.0)), [0.5, -1.5, 0, s2, 0.5, 0, 0.5, -s2], rtol=1e-15)
     # eps = 1e-6: .25 / .500001 = 0.4999990000, .5 / (0.7071067812 + 1e-6) = 0.7071057812
-    assert_allclose(to_np(group_advantages(r, g)),
-                    [0.499999, -1.499997, 0, 0.7071057812, 0.499999, 0, 0.499999, -0.7071057812], rtol=1e-9)
+    assert_allclose(
+        to_np(group_advantages(r, g)),
+        [0.499999, -1.499997, 0, 0.7071057812, 0.499999, 0, 0.499999, -0.7071057812],
+        rtol=1e-9,
+    )
     # Dr. GRPO: just the deviations
     assert_allclose(to_np(group_advantages(r, g, scale="none")), [0.25, -0.75, 0, 0.5, 0.25, 0, 0.25, -0.5])
 
@@ -185,8 +188,9 @@ def test_group_advantages_bad_input(backend, rewards, group_ids, kwargs, match):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("backend, dtype, rtol", [(b, dt, tol) for dt, tol in ((np.float64, 1e-12), (np.float32, 1e-6))
-                                                   for b in BACKENDS])
+@pytest.mark.parametrize(
+    "backend, dtype, rtol", [(b, dt, tol) for dt, tol in ((np.float64, 1e-12), (np.float32, 1e-6)) for b in BACKENDS]
+)
 def test_group_advantages_matches_reference(seed, backend, dtype, rtol):
     rng = np.random.default_rng(seed)
     g = random_groups(rng, int(rng.integers(1, 40)))
@@ -214,8 +218,11 @@ def test_length_normalized_loglik_hand(backend):
     ]
     mask = [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
     want = [-2.0, -0.5, -0.25, -0.05]
-    for m in (as_backend(mask, backend, bool), as_backend(mask, backend, np.int64),
-              as_backend(mask, backend, np.float32)):
+    for m in (
+        as_backend(mask, backend, bool),
+        as_backend(mask, backend, np.int64),
+        as_backend(mask, backend, np.float32),
+    ):
         out = length_normalized_loglik(as_backend(lp, backend, np.float64), m)
         assert_allclose(to_np(out), want, rtol=1e-15)
 
@@ -358,8 +365,9 @@ def test_sharpen_hand(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sharpen_edge_cases(backend):
     def run(a, r, s, g, **kw):
-        out, m = sharpen_advantages(*(as_backend(x, backend, np.float64) for x in (a, r, s)),
-                                    as_backend(g, backend), **kw)
+        out, m = sharpen_advantages(
+            *(as_backend(x, backend, np.float64) for x in (a, r, s)), as_backend(g, backend), **kw
+        )
         return to_np(out), m
 
     # all-correct group: GRPO gives A = 0, so kappa * A = 0 caps the bonus at 0, however novel the rollout
@@ -379,8 +387,14 @@ def test_sharpen_edge_cases(backend):
     # no correct rollout at all; and no rollout at all
     out, m = run([0.5, -0.5], [0.0, 0.5], [-1.0, -2.0], [0, 0])
     assert_array_equal(out, [0.5, -0.5])
-    assert m == {"adv/sharpen_eligible": 0.0, "adv/sharpened_count": 0.0, "adv/negative_bonus_count": 0.0,
-                 "adv/mean_bonus": 0.0, "adv/max_bonus": 0.0, "adv/mean_novelty": 1.0}
+    assert m == {
+        "adv/sharpen_eligible": 0.0,
+        "adv/sharpened_count": 0.0,
+        "adv/negative_bonus_count": 0.0,
+        "adv/mean_bonus": 0.0,
+        "adv/max_bonus": 0.0,
+        "adv/mean_novelty": 1.0,
+    }
     out, m = run([], [], [], np.zeros(0, dtype=np.int64))
     assert out.shape == (0,) and m["adv/sharpen_eligible"] == 0.0
     # full_reward is a threshold: reward 0.9 with full_reward 0.8 counts
@@ -436,8 +450,9 @@ def test_sharpen_bad_input(backend, kwargs, match):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("backend, dtype, rtol", [(b, dt, tol) for dt, tol in ((np.float64, 1e-12), (np.float32, 1e-6))
-                                                   for b in BACKENDS])
+@pytest.mark.parametrize(
+    "backend, dtype, rtol", [(b, dt, tol) for dt, tol in ((np.float64, 1e-12), (np.float32, 1e-6)) for b in BACKENDS]
+)
 def test_sharpen_matches_reference(seed, backend, dtype, rtol):
     rng = np.random.default_rng(seed)
     g = random_groups(rng, int(rng.integers(1, 40)))
@@ -445,8 +460,14 @@ def test_sharpen_matches_reference(seed, backend, dtype, rtol):
     s = np.log(rng.random(len(g))) * 0.5
     a = ref_group_advantages(r, g)
     lam, kappa = float(rng.uniform(0, 5)), float(rng.uniform(0, 1))
-    out, m = sharpen_advantages(as_backend(a.astype(dtype), backend), as_backend(r, backend),
-                                as_backend(s, backend), as_backend(g, backend), lam_nov=lam, kappa_clip=kappa)
+    out, m = sharpen_advantages(
+        as_backend(a.astype(dtype), backend),
+        as_backend(r, backend),
+        as_backend(s, backend),
+        as_backend(g, backend),
+        lam_nov=lam,
+        kappa_clip=kappa,
+    )
     want = ref_sharpen(a.astype(dtype).astype(float), r, s, g, lam, kappa)
     assert to_np(out).dtype == dtype
     assert_allclose(to_np(out), want, rtol=rtol, atol=rtol * 1e-3)

@@ -78,8 +78,11 @@ def ref_split_budget(priority, budget, max_per_prompt=None):
     """Exact (Fraction) largest remainder with cap saturation, one prompt at a time."""
     p = [Fraction(float(x)) for x in priority]
     Q = len(p)
-    caps = [budget] * Q if max_per_prompt is None else (
-        [int(max_per_prompt)] * Q if np.ndim(max_per_prompt) == 0 else [int(c) for c in max_per_prompt])
+    caps = (
+        [budget] * Q
+        if max_per_prompt is None
+        else ([int(max_per_prompt)] * Q if np.ndim(max_per_prompt) == 0 else [int(c) for c in max_per_prompt])
+    )
     alloc = [0] * Q
     open_ = [q for q in range(Q) if caps[q] > 0]
     remaining = budget
@@ -154,8 +157,11 @@ def test_uncertainty_reduction_hand():
     #          = 0.5773502692 * (1.5912231526 - 1.2416639982) = 0.5773502692 * 0.3495591544 = 0.2018180719
     assert_allclose(uncertainty_reduction(S_1001, 4, 0.05), 0.2018180719, rtol=1e-9)
     # it is h(4) - h(5) with s fixed
-    assert_allclose(uncertainty_reduction(S_1001, 4, 0.05),
-                    t_ci_half_width(S_1001, 4, 0.05) - t_ci_half_width(S_1001, 5, 0.05), rtol=1e-12)
+    assert_allclose(
+        uncertainty_reduction(S_1001, 4, 0.05),
+        t_ci_half_width(S_1001, 4, 0.05) - t_ci_half_width(S_1001, 5, 0.05),
+        rtol=1e-12,
+    )
 
 
 def test_uncertainty_reduction_zero_std_and_monotone():
@@ -385,8 +391,12 @@ def test_split_budget_properties(p, budget, cap):
 
 
 @settings(max_examples=200, deadline=None)
-@given(q=st.integers(1, 40), value=st.sampled_from([0.0, 1e-300, 0.37, 5.0, 1e300]), budget=st.integers(0, 500),
-       capped=st.booleans())
+@given(
+    q=st.integers(1, 40),
+    value=st.sampled_from([0.0, 1e-300, 0.37, 5.0, 1e300]),
+    budget=st.integers(0, 500),
+    capped=st.booleans(),
+)
 def test_split_budget_uniform_when_equal(q, value, budget, capped):
     cap = -(-budget // q) if capped else None  # ceil(budget / q): the tightest feasible cap
     a = split_budget(np.full(q, value), budget, max_per_prompt=cap)
@@ -527,16 +537,19 @@ def test_equation_functions_match_reference(seed):
     T = int(rng.integers(0, 5000))
     lam = float(rng.uniform(0, 2))
     assert_allclose(t_ci_half_width(std, n, alpha), ref_t_ci_half_width(std, n, alpha), rtol=1e-13)
-    assert_allclose(uncertainty_reduction(std, n, alpha), ref_uncertainty_reduction(std, n, alpha),
-                    rtol=1e-12, atol=1e-15)
+    assert_allclose(
+        uncertainty_reduction(std, n, alpha), ref_uncertainty_reduction(std, n, alpha), rtol=1e-12, atol=1e-15
+    )
     assert_allclose(exploration_bonus(n, T, lam), ref_exploration_bonus(n, T, lam), rtol=1e-13)
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_allocation_priority_matches_reference(seed):
     rng = np.random.default_rng(seed)
-    prompts = [rng.random(int(rng.integers(2, 50))) * rng.choice([1, 100]) + rng.choice([0, 1e3])
-               for _ in range(int(rng.integers(1, 30)))]
+    prompts = [
+        rng.random(int(rng.integers(2, 50))) * rng.choice([1, 100]) + rng.choice([0, 1e3])
+        for _ in range(int(rng.integers(1, 30)))
+    ]
     prompts.append(np.full(5, 0.7))  # constant prompt: s must be exactly 0
     T = int(rng.integers(0, 1000))
     got = allocation_priority(prompts, T, alpha=0.1, lam=0.3)

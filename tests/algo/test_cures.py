@@ -85,8 +85,9 @@ def test_prompt_temperature_hand():
 def test_sampling_probs_hand():
     # p = [0.5, 0.1, 1.0], T = 1: logits sqrt(p(1-p)) = [0.5, 0.3, 0.0]
     # exp = [1.6487212707, 1.3498588076, 1.0], sum 3.9985800783 -> P = [0.4123266856, 0.3375845378, 0.2500887766]
-    assert_allclose(sampling_probs([0.5, 0.1, 1.0], 1.0),
-                    [0.41232668557957836, 0.33758453779871644, 0.2500887766217052], rtol=1e-14)
+    assert_allclose(
+        sampling_probs([0.5, 0.1, 1.0], 1.0), [0.41232668557957836, 0.33758453779871644, 0.2500887766217052], rtol=1e-14
+    )
     # per-prompt temperatures: p = [0.5, 0.5], T = [1, 2]: logits [0.5, 0.25] -> P_0 = 1 / (1 + e^-0.25) = 0.56218
     assert_allclose(sampling_probs([0.5, 0.5], [1.0, 2.0])[0], 0.5621765008857981, rtol=1e-14)
     # the CurES constants: p = [0.5, 0] unseen-like vs never solved, T = 100 * alpha = [100, 100]:
@@ -104,8 +105,7 @@ def test_sampling_probs_edges():
     pr = sampling_probs([0.5, 0.1], 1e-6)
     assert np.isfinite(pr).all() and pr[0] == 1.0 and abs(pr.sum() - 1) < 1e-15
     # symmetric in p <-> 1 - p
-    assert_allclose(sampling_probs([0.2, 0.8, 0.5], 0.3)[:2], [sampling_probs([0.2, 0.8, 0.5], 0.3)[1]] * 2,
-                    rtol=1e-15)
+    assert_allclose(sampling_probs([0.2, 0.8, 0.5], 0.3)[:2], [sampling_probs([0.2, 0.8, 0.5], 0.3)[1]] * 2, rtol=1e-15)
     with pytest.raises(ValueError, match="p must lie in \\[0, 1\\]"):
         sampling_probs([1.5], 1.0)
     with pytest.raises(ValueError, match="temperature must be > 0"):
@@ -177,8 +177,9 @@ def test_sample_prompts_edges():
     # k = N: a permutation; the same generator state gives the same draw
     out = sample_prompts(probs, 7, rng)
     assert sorted(out.tolist()) == list(range(7))
-    assert_array_equal(sample_prompts(probs, 4, np.random.default_rng(11)),
-                       sample_prompts(probs, 4, np.random.default_rng(11)))
+    assert_array_equal(
+        sample_prompts(probs, 4, np.random.default_rng(11)), sample_prompts(probs, 4, np.random.default_rng(11))
+    )
     assert sample_prompts(probs, 0, rng).shape == (0,)
     # zero-probability prompts are never drawn
     for _ in range(50):
@@ -219,8 +220,12 @@ def test_gradient_std_is_the_variance_of_advantage_weighted_norms():
         g = rng.gamma(2.0, 1.5, n)
         p = k / n
         gc, gw = g[:k], g[k:]
-        moments = [gc.mean() if k else 0.0, (gc ** 2).mean() if k else 0.0,
-                   gw.mean() if k < n else 0.0, (gw ** 2).mean() if k < n else 0.0]
+        moments = [
+            gc.mean() if k else 0.0,
+            (gc**2).mean() if k else 0.0,
+            gw.mean() if k < n else 0.0,
+            (gw**2).mean() if k < n else 0.0,
+        ]
         sigma = gradient_std([p], *moments)[0]
         assert sigma == pytest.approx(math.sqrt(np.var((r - p) * g)), rel=1e-9, abs=1e-12)
 

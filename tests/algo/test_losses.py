@@ -92,13 +92,16 @@ def test_vanilla_hand_computed_gradient():
     loss, _ = get_policy_loss("vanilla")(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, agg_mode="token-mean")
     g = _grad(loss, logp)
     # d(-r A)/d logp = -A r on unclipped tokens, 0 where a clip binds or the token is masked; token-mean divides by 7
-    expected = _t(
-        [
-            [-1.0 * 1.0, 0.0, -1.0 * 0.5],  # r=1.5, A>0: clipped
-            [1.0 * 1.0, 1.0 * 1.5, 0.0],  # r=0.5, A<0: clipped
-            [-2.0 * 1.2, 0.0, 0.0],  # masked tokens
-        ]
-    ) / 7
+    expected = (
+        _t(
+            [
+                [-1.0 * 1.0, 0.0, -1.0 * 0.5],  # r=1.5, A>0: clipped
+                [1.0 * 1.0, 1.0 * 1.5, 0.0],  # r=0.5, A<0: clipped
+                [-2.0 * 1.2, 0.0, 0.0],  # masked tokens
+            ]
+        )
+        / 7
+    )
     torch.testing.assert_close(g, expected)
 
 
@@ -316,8 +319,9 @@ def test_aggregate_loss_validation():
     with pytest.raises(ValueError, match="loss_mat"):
         aggregate_loss(torch.tensor([[1.0, NAN]]), torch.ones(1, 2), "token-mean")
     # tensor-valued global counts are accepted (the trainer may compute them with torch)
-    torch.testing.assert_close(aggregate_loss(torch.ones(2, 3), m, "token-mean", global_tokens=torch.tensor(12)),
-                               torch.tensor(0.5))
+    torch.testing.assert_close(
+        aggregate_loss(torch.ones(2, 3), m, "token-mean", global_tokens=torch.tensor(12)), torch.tensor(0.5)
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -350,8 +354,15 @@ def test_micro_batches_sum_to_full_batch(name, agg_mode, seed):
         # each micro-batch is padded only to its own longest sequence, as a real collator does
         width = max(int(lengths[rows].max()), 1)
         lp = logp.detach()[rows, :width].clone().requires_grad_(True)
-        part, _ = fn(lp, old[rows, :width], adv[rows], mask[rows, :width], global_tokens=global_tokens,
-                     global_seqs=global_seqs, **kw)
+        part, _ = fn(
+            lp,
+            old[rows, :width],
+            adv[rows],
+            mask[rows, :width],
+            global_tokens=global_tokens,
+            global_seqs=global_seqs,
+            **kw,
+        )
         total = total + part.detach()
         g_micro[rows, :width] = _grad(part, lp)
     torch.testing.assert_close(total, full.detach())
@@ -390,8 +401,13 @@ def test_masked_tokens_ignored(name, agg_mode):
 def test_all_masked_batch(name):
     logp = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
     loss, m = get_policy_loss(name)(
-        logp, torch.zeros(2, 3, dtype=torch.float64), _t([1.0, -1.0]), torch.zeros(2, 3),
-        clip_low=0.2, clip_high=0.2, agg_mode="token-mean",
+        logp,
+        torch.zeros(2, 3, dtype=torch.float64),
+        _t([1.0, -1.0]),
+        torch.zeros(2, 3),
+        clip_low=0.2,
+        clip_high=0.2,
+        agg_mode="token-mean",
     )
     assert loss.item() == 0.0
     assert bool((_grad(loss, logp) == 0).all())
@@ -536,8 +552,13 @@ def test_policy_loss_validation(name):
     def call(**over):
         args = dict(logprobs=lp, old_logprobs=old, advantages=adv, mask=mask)
         args.update({k: v for k, v in over.items() if k in args})
-        return fn(args["logprobs"], args["old_logprobs"], args["advantages"], args["mask"],
-                  **{**kw, **{k: v for k, v in over.items() if k not in args}})
+        return fn(
+            args["logprobs"],
+            args["old_logprobs"],
+            args["advantages"],
+            args["mask"],
+            **{**kw, **{k: v for k, v in over.items() if k not in args}},
+        )
 
     call()
     cases = [
@@ -566,8 +587,9 @@ def test_ratio_overflow_is_reported():
     lp = torch.zeros(1, 2)
     old = torch.tensor([[0.0, -200.0]])  # exp(200) overflows float32
     with pytest.raises(ValueError, match="overflows"):
-        get_policy_loss("vanilla")(lp, old, torch.ones(1), torch.ones(1, 2), clip_low=0.2, clip_high=0.2,
-                                   agg_mode="token-mean")
+        get_policy_loss("vanilla")(
+            lp, old, torch.ones(1), torch.ones(1, 2), clip_low=0.2, clip_high=0.2, agg_mode="token-mean"
+        )
 
 
 def test_registry():
@@ -588,8 +610,15 @@ def test_register_new_loss():
         return aggregate_loss(-logprobs * advantages[:, None], mask, agg_mode, **kw), {}
 
     try:
-        loss, _ = get_policy_loss(name)(_t([[-1.0, -2.0]]), _t([[0.0, 0.0]]), _t([2.0]), torch.ones(1, 2),
-                                        clip_low=0.2, clip_high=0.2, agg_mode="token-mean")
+        loss, _ = get_policy_loss(name)(
+            _t([[-1.0, -2.0]]),
+            _t([[0.0, 0.0]]),
+            _t([2.0]),
+            torch.ones(1, 2),
+            clip_low=0.2,
+            clip_high=0.2,
+            agg_mode="token-mean",
+        )
         # -(-1 * 2 + -2 * 2) / 2 = 3
         torch.testing.assert_close(loss, _t(3.0))
     finally:

@@ -34,13 +34,26 @@ DESIGN_KNOBS = (
 ).split()
 
 EXPECTED_PRESETS = {
-    "grpo", "grpo-deepseekmath", "dapo", "gspo", "dr_grpo", "xrpo", "xrpo-gspo",
-    "xrpo-no-hrp", "xrpo-no-icl", "xrpo-no-as", "xrpo-no-as-icl", "treepo-sampling", "treepo",
+    "grpo",
+    "grpo-deepseekmath",
+    "dapo",
+    "gspo",
+    "dr_grpo",
+    "xrpo",
+    "xrpo-gspo",
+    "xrpo-no-hrp",
+    "xrpo-no-icl",
+    "xrpo-no-as",
+    "xrpo-no-as-icl",
+    "treepo-sampling",
+    "treepo",
     "cures",
 }
 
+
 def _is_real(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
 
 VALID = {
     "adv_scale": lambda v: v in ("std", "none"),
@@ -75,7 +88,6 @@ VALID = {
     "tree_divergence_temp": lambda v: _is_real(v) and v > 0,
     "tree_fallback": lambda v: isinstance(v, bool),
     "tree_advantage": lambda v: isinstance(v, bool),
-
     "cures_prior_alpha": lambda v: _is_real(v) and v > 0,
     "cures_prior_beta": lambda v: _is_real(v) and v > 0,
     "cures_temp_scale": lambda v: _is_real(v) and v > 0,
@@ -84,13 +96,16 @@ VALID = {
     "cures_success_threshold": lambda v: _is_real(v),
 }
 
+
 def test_knob_names_are_the_design_names():
     assert list(KNOB_NAMES) == DESIGN_KNOBS
     assert set(VALID) == set(DESIGN_KNOBS)
 
+
 def test_preset_names():
     assert set(list_presets()) == EXPECTED_PRESETS
     assert list_presets() == list(PRESETS)
+
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PRESETS))
 def test_every_preset_lists_only_its_changes_with_a_valid_value_and_a_source(name):
@@ -122,6 +137,7 @@ def test_defaults_are_valid_sourced_and_the_sections_own():
         assert VALID[knob](value), knob
         assert len(DEFAULT_SOURCES[knob]) > 20, knob
 
+
 @pytest.mark.parametrize("name", sorted(EXPECTED_PRESETS))
 def test_preset_runs_through_the_real_loss(name):
     # every preset's loss settings are accepted by the registry, the aggregation and the KL estimator
@@ -131,16 +147,24 @@ def test_preset_runs_through_the_real_loss(name):
     logp = (old + torch.tensor(rng.normal(0.0, 0.1, (3, 5)))).requires_grad_(True)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
     loss, metrics = get_policy_loss(p["policy_loss"])(
-        logp, old, torch.tensor([1.0, -0.5, 0.2], dtype=torch.float64), mask,
-        clip_low=p["clip_low"], clip_high=p["clip_high"], agg_mode=p["loss_agg"], max_tokens=5,
+        logp,
+        old,
+        torch.tensor([1.0, -0.5, 0.2], dtype=torch.float64),
+        mask,
+        clip_low=p["clip_low"],
+        clip_high=p["clip_high"],
+        agg_mode=p["loss_agg"],
+        max_tokens=5,
     )
     kl = kl_penalty(logp, old, p["kl_estimator"], mask=mask)
     assert torch.isfinite(loss) and torch.isfinite(kl).all()
     assert set(metrics) >= {"loss/clipfrac_low", "loss/clipfrac_high", "loss/approx_kl"}
 
+
 def _diff(a: str, b: str) -> set[str]:
     pa, pb = get_preset(a), get_preset(b)
     return {k for k in DESIGN_KNOBS if pa[k] != pb[k]}
+
 
 @pytest.mark.parametrize(
     ("ablation", "knobs"),
@@ -167,6 +191,7 @@ def test_ablations_differ_from_xrpo_in_exactly_their_knobs(ablation, knobs):
         assert (sa[k] != sx[k]) == (k in knobs), k
     assert x["allocation"] == "hrp"
 
+
 def test_xrpo_values_from_the_paper():
     p = get_preset("xrpo")
     # XRPO §4.1 Training Setup and §4.3 sensitivity table (alpha written there as confidence 0.95)
@@ -181,11 +206,16 @@ def test_xrpo_values_from_the_paper():
     assert {k: p[k] for k in loss_knobs} == {k: get_preset("grpo")[k] for k in loss_knobs}
     assert "0.95" in preset_sources("xrpo")["alpha"]
 
+
 def test_baseline_values():
     grpo = get_preset("grpo")
     # XRPO §4.1: "Token-Level Policy Gradient Loss and clipping with eps in [0.2, 0.28]"; beta 0.001
     assert (grpo["policy_loss"], grpo["loss_agg"], grpo["clip_low"], grpo["clip_high"]) == (
-        "vanilla", "token-mean", 0.2, 0.28)
+        "vanilla",
+        "token-mean",
+        0.2,
+        0.28,
+    )
     assert grpo["kl_coef"] == 0.001 and grpo["adv_scale"] == "std"
     assert grpo["allocation"] == "uniform" and not grpo["icl"] and not grpo["sharpen"]
     assert not grpo["dynamic_sampling"]
@@ -208,6 +238,7 @@ def test_baseline_values():
         p = get_preset(name)
         assert p["allocation"] == "uniform" and p["icl"] is False and p["sharpen"] is False, name
 
+
 def test_sources_quote_their_papers():
     assert "Token-Level Policy Gradient Loss" in preset_sources("grpo")["loss_agg"]
     assert "three of its four components" in preset_sources("dapo")["dynamic_sampling"]
@@ -220,6 +251,7 @@ def test_sources_quote_their_papers():
     # a knob a preset leaves alone keeps the default's source (XRPO's setting)
     assert preset_sources("grpo")["alpha"] == DEFAULT_SOURCES["alpha"] and "0.95" in DEFAULT_SOURCES["alpha"]
 
+
 def test_get_preset_returns_a_copy():
     p = get_preset("xrpo")
     p["icl"] = False
@@ -228,6 +260,7 @@ def test_get_preset_returns_a_copy():
     s["icl"] = ""
     assert preset_sources("xrpo")["icl"]
 
+
 def test_unknown_preset_lists_valid_names():
     for fn in (get_preset, preset_sources):
         with pytest.raises(ValueError, match="valid presets: grpo, grpo-deepseekmath, dapo") as e:
@@ -235,13 +268,18 @@ def test_unknown_preset_lists_valid_names():
         for name in EXPECTED_PRESETS:
             assert name in str(e.value)
 
+
 def test_treepo_presets():
     # TreePO (arXiv 2508.17445): 14 segments, binary branching from 2 initial paths, even split, fallback
     tps, tp = get_preset("treepo-sampling"), get_preset("treepo")
     for p in (tps, tp):
         assert p["sampler"] == "tree" and p["tree_max_depth"] == 14 and p["tree_segment_len"] == 0
         assert (p["tree_branch"], p["tree_init_branch"], p["tree_divergence"], p["tree_fallback"]) == (
-            2, 2, "uniform", True)
+            2,
+            2,
+            "uniform",
+            True,
+        )
         assert p["allocation"] == "uniform" and not p["icl"] and not p["sharpen"] and not p["dynamic_sampling"]
     # TPO-S is the XRPO paper's GRPO baseline with TreePO's sampler; treepo adds the tree advantage
     assert _diff("treepo-sampling", "grpo") == {"sampler"}
@@ -256,6 +294,7 @@ def test_treepo_presets():
     assert "TreePO sampling strategy" in preset_sources("treepo-sampling")["sampler"]
     assert "we therefore adopt averaging" in src["tree_advantage"]
     assert "REINFORCE++" in src["adv_scale"] and "fixed_avg" in src["tree_divergence"]
+
 
 def test_cures_preset():
     p = get_preset("cures")

@@ -54,7 +54,7 @@ def enumerate_phased(p, budget, **kw):
         def draw(idx, counts, seeded, rnd, bits=bits, pos=pos, prob=prob):
             out = []
             for q, c in zip(idx, counts):
-                r = np.array(bits[pos[0]:pos[0] + c])
+                r = np.array(bits[pos[0] : pos[0] + c])
                 pos[0] += c
                 prob[0] *= float(np.prod(np.where(r == 1.0, p[q], 1.0 - p[q])))
                 out.append(r)
@@ -127,8 +127,11 @@ def test_always_or_never_solved_prompts_never_give_signal(allocation, mode):
         m = step_metrics(outcome_from_phased(p, res))
         assert m["informative_rollouts"] == 0 and m["informative_groups"] == 0 and m["sq_error"] == 0
         assert m["rollouts_p01"] == m["rollouts_all_equal"] == m["rollouts_generated"] == 40
-    for o in (fixed_outcome(p, uniform_counts(5, 40), rng), fixed_outcome(p, oracle_allocation(p, 40, 2), rng),
-              dapo_step(p, lambda k: np.zeros(k), 5, 40, 3, rng)):
+    for o in (
+        fixed_outcome(p, uniform_counts(5, 40), rng),
+        fixed_outcome(p, oracle_allocation(p, 40, 2), rng),
+        dapo_step(p, lambda k: np.zeros(k), 5, 40, 3, rng),
+    ):
         m = step_metrics(o)
         assert m["informative_rollouts"] == 0 and m["rollouts_p01"] == m["rollouts_generated"]
 
@@ -158,8 +161,9 @@ def test_every_method_spends_the_budget_exactly(seed):
         for cap in (None, 3):
             if cap is not None and cap * Q < -(-(B - Q * n_base) // rounds):
                 continue
-            res = phased_step(Q, B, bernoulli_draw(p, p, rng), n_base=n_base, rounds=rounds, mode=mode,
-                              max_per_prompt=cap, icl=True)
+            res = phased_step(
+                Q, B, bernoulli_draw(p, p, rng), n_base=n_base, rounds=rounds, mode=mode, max_per_prompt=cap, icl=True
+            )
             o = outcome_from_phased(p, res)
             assert o.counts.sum() == B and np.all(o.counts >= n_base)
             if cap is not None:
@@ -205,8 +209,7 @@ def test_icl_seeds_unsolved_prompts_and_counts_flips():
     # prompt 0 is never solved plainly but always from its ICL prompt; prompt 1 is always solved; prompt 2 is 0/1
     p = np.array([0.0, 1.0, 0.0])
     p_icl = icl_success_prob(p, 1.0, 1.0)  # -> 1, 1, 1
-    res = phased_step(3, 12, bernoulli_draw(p, p_icl, np.random.default_rng(0)), n_base=2, rounds=2, lam=0.1,
-                      icl=True)
+    res = phased_step(3, 12, bernoulli_draw(p, p_icl, np.random.default_rng(0)), n_base=2, rounds=2, lam=0.1, icl=True)
     o = outcome_from_phased(p, res)
     for t in (1, 2):
         alloc, seeded = res.allocs[t], res.seeded[t]
@@ -331,9 +334,15 @@ def test_dapo_keeps_the_lowest_group_ids_when_over_quota():
 
 def test_step_metrics_hand():
     # groups: (p 0.5, 4 rollouts, 2 ok), (p 0, 4, 0), (p 1, 2, 2), (p 0.25, 2, 1) dropped by DAPO
-    o = StepOutcome(p=np.array([0.5, 0.0, 1.0, 0.25]), counts=np.array([4, 4, 2, 2]),
-                    successes=np.array([2, 0, 2, 1]), trained=np.array([True, True, True, False]),
-                    seeded=np.array([0, 2, 0, 0]), flips=np.array([0, 1, 0, 0]), nonuniform=(True, False))
+    o = StepOutcome(
+        p=np.array([0.5, 0.0, 1.0, 0.25]),
+        counts=np.array([4, 4, 2, 2]),
+        successes=np.array([2, 0, 2, 1]),
+        trained=np.array([True, True, True, False]),
+        seeded=np.array([0, 2, 0, 0]),
+        flips=np.array([0, 1, 0, 0]),
+        nonuniform=(True, False),
+    )
     m = step_metrics(o)
     assert m["rollouts_generated"] == 12 and m["rollouts_trained"] == 10 and m["prompts"] == 4
     # informative: only group 0 (group 3 is mixed but dropped)

@@ -91,8 +91,7 @@ def test_tree_advantages_hand_mean():
     # y:  (-0.4, -2/3, -0.5) -> -1.566667 / 3 = -0.522222
     # b1, b2: (-0.4, 0 - 0) -> -0.2
     adv, m = tree_advantages(HAND_REWARDS, as_matrix(HAND_ANCESTORS))
-    assert_allclose(adv, [(0.6 + 1 / 3) / 2, (0.6 + 1 / 3 + 0.5) / 3, (-0.4 - 2 / 3 - 0.5) / 3, -0.2, -0.2],
-                    rtol=1e-12)
+    assert_allclose(adv, [(0.6 + 1 / 3) / 2, (0.6 + 1 / 3 + 0.5) / 3, (-0.4 - 2 / 3 - 0.5) / 3, -0.2, -0.2], rtol=1e-12)
     assert m["adv/tree_subgroups_mean"] == pytest.approx((2 + 3 + 3 + 2 + 2) / 5)
 
 
@@ -143,14 +142,17 @@ def test_tree_advantages_edge_cases():
     assert adv.shape == (0,) and m["adv/tree_zero_frac"] == 0.0
 
 
-@pytest.mark.parametrize("rewards, anc, kwargs, match", [
-    ([1.0, 0.0], [[0], [-1]], {}, "root in column 0"),
-    ([1.0, 0.0], [[0, -1, 2], [0, 1, 2]], {}, "followed only by -1"),
-    ([1.0], [[0], [0]], {}, r"shape \(N, D\)"),
-    ([float("nan")], [[0]], {}, "finite"),
-    ([1.0], [[0.5]], {}, "integers"),
-    ([1.0], [[0]], {"weighting": "max"}, "weighting must be one of"),
-])
+@pytest.mark.parametrize(
+    "rewards, anc, kwargs, match",
+    [
+        ([1.0, 0.0], [[0], [-1]], {}, "root in column 0"),
+        ([1.0, 0.0], [[0, -1, 2], [0, 1, 2]], {}, "followed only by -1"),
+        ([1.0], [[0], [0]], {}, r"shape \(N, D\)"),
+        ([float("nan")], [[0]], {}, "finite"),
+        ([1.0], [[0.5]], {}, "integers"),
+        ([1.0], [[0]], {"weighting": "max"}, "weighting must be one of"),
+    ],
+)
 def test_tree_advantages_bad_input(rewards, anc, kwargs, match):
     with pytest.raises(ValueError, match=match):
         tree_advantages(rewards, np.array(anc), **kwargs)
@@ -215,9 +217,16 @@ def test_branch_budget_hand():
     assert branch_budget(16, 0, 0, 2, 8) == 16
 
 
-@pytest.mark.parametrize("args, match", [((0, 0, 0, 1, 2), "width"), ((8, 1, 2, 1, 2), "finished_now"),
-                                         ((8, 0, 0, 0, 2), "active"), ((8, 0, 0, 1, 0), "branch"),
-                                         ((8.0, 0, 0, 1, 2), "width")])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((0, 0, 0, 1, 2), "width"),
+        ((8, 1, 2, 1, 2), "finished_now"),
+        ((8, 0, 0, 0, 2), "active"),
+        ((8, 0, 0, 1, 0), "branch"),
+        ((8.0, 0, 0, 1, 2), "width"),
+    ],
+)
 def test_branch_budget_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         branch_budget(*args)

@@ -1,5 +1,6 @@
 """Named dataset layouts (MATH-500, AIME 2024/2025, MathArena's HMMT / BRUMO, GSM8K, DAPO-Math-17k) read from small
 files written here in each format users have them in, and test-case answers for code datasets."""
+
 from __future__ import annotations
 
 import json
@@ -12,30 +13,63 @@ from xrpo.data import LAYOUTS, DataError, NamedLayout, Problem, load_problems, l
 from xrpo.data.loaders import register_layout
 
 MATH500 = [
-    {"problem": "Convert $(0,3)$ to polar coordinates.", "solution": "... $\\boxed{(3,\\frac{\\pi}{2})}$",
-     "answer": "\\left( 3, \\frac{\\pi}{2} \\right)", "subject": "Precalculus", "level": 2,
-     "unique_id": "test/precalculus/807.json"},
-    {"problem": "Compute $1+1$.", "solution": "$\\boxed{2}$", "answer": "2", "subject": "Algebra", "level": 1,
-     "unique_id": "test/algebra/1.json"},
+    {
+        "problem": "Convert $(0,3)$ to polar coordinates.",
+        "solution": "... $\\boxed{(3,\\frac{\\pi}{2})}$",
+        "answer": "\\left( 3, \\frac{\\pi}{2} \\right)",
+        "subject": "Precalculus",
+        "level": 2,
+        "unique_id": "test/precalculus/807.json",
+    },
+    {
+        "problem": "Compute $1+1$.",
+        "solution": "$\\boxed{2}$",
+        "answer": "2",
+        "subject": "Algebra",
+        "level": 1,
+        "unique_id": "test/algebra/1.json",
+    },
 ]
-AIME24 = [{"ID": "2024-I-1", "Problem": "Every morning Aya ...", "Solution": "...", "Answer": 204},
-          {"ID": "2024-I-2", "Problem": "There exist real numbers ...", "Solution": "...", "Answer": 25}]
+AIME24 = [
+    {"ID": "2024-I-1", "Problem": "Every morning Aya ...", "Solution": "...", "Answer": 204},
+    {"ID": "2024-I-2", "Problem": "There exist real numbers ...", "Solution": "...", "Answer": 25},
+]
 AIME24_LOWER = [{"id": 60, "problem": "Every morning Aya ...", "solution": "...", "answer": "204", "url": "u"}]
-AIME25_QA = [{"question": "Find the sum of all integer bases ...", "answer": "70"},
-             {"question": "On triangle ABC ...", "answer": "588"}]
-MATHARENA = [{"problem_idx": 1, "problem": "Compute the sum of the positive divisors ...", "answer": "103",
-              "problem_type": ["Number Theory"]},
-             {"problem_idx": 2, "problem": "Mark writes ...", "answer": "\\frac{1}{2}", "problem_type": ["Algebra"]}]
-GSM8K = [{"question": "Natalia sold clips to 48 of her friends ...",
-          "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n48+24 = <<48+24=72>>72\n#### 72"},
-         {"question": "A big number ...", "answer": "It is 1000 + 234 = 1,234.\n#### 1,234"}]
-DAPO_WRAPPER = ("Solve the following math problem step by step. The last line of your response should be of the form "
-                "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{q}\n\nRemember to "
-                "put your answer on its own line after \"Answer:\".")
-DAPO = [{"data_source": "math_dapo",
-         "prompt": [{"content": DAPO_WRAPPER.format(q=f"In triangle ABC, find x{i}."), "role": "user"}],
-         "ability": "MATH", "reward_model": {"ground_truth": str(34 + i), "style": "rule-lighteval/MATH_v2"},
-         "extra_info": {"index": f"9a9b6eb4-a1cb-49d1-8c1e-62eaf2f7407{i}"}} for i in range(2)]
+AIME25_QA = [
+    {"question": "Find the sum of all integer bases ...", "answer": "70"},
+    {"question": "On triangle ABC ...", "answer": "588"},
+]
+MATHARENA = [
+    {
+        "problem_idx": 1,
+        "problem": "Compute the sum of the positive divisors ...",
+        "answer": "103",
+        "problem_type": ["Number Theory"],
+    },
+    {"problem_idx": 2, "problem": "Mark writes ...", "answer": "\\frac{1}{2}", "problem_type": ["Algebra"]},
+]
+GSM8K = [
+    {
+        "question": "Natalia sold clips to 48 of her friends ...",
+        "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n48+24 = <<48+24=72>>72\n#### 72",
+    },
+    {"question": "A big number ...", "answer": "It is 1000 + 234 = 1,234.\n#### 1,234"},
+]
+DAPO_WRAPPER = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n{q}\n\nRemember to "
+    'put your answer on its own line after "Answer:".'
+)
+DAPO = [
+    {
+        "data_source": "math_dapo",
+        "prompt": [{"content": DAPO_WRAPPER.format(q=f"In triangle ABC, find x{i}."), "role": "user"}],
+        "ability": "MATH",
+        "reward_model": {"ground_truth": str(34 + i), "style": "rule-lighteval/MATH_v2"},
+        "extra_info": {"index": f"9a9b6eb4-a1cb-49d1-8c1e-62eaf2f7407{i}"},
+    }
+    for i in range(2)
+]
 
 
 def write(tmp_path, name, records, fmt):
@@ -71,8 +105,13 @@ def test_aime2024_capitalised_and_lower_case(tmp_path, fmt):
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_aime2025_question_answer(tmp_path, fmt):
     probs, info = load_problems_with_layout(write(tmp_path, "aime2025", AIME25_QA, fmt))
-    assert info == {"format": fmt, "layout": "generic", "prompt": "question", "answer": "answer",
-                    "id": "<record position>"}
+    assert info == {
+        "format": fmt,
+        "layout": "generic",
+        "prompt": "question",
+        "answer": "answer",
+        "id": "<record position>",
+    }
     assert [(p.id, p.answer) for p in probs] == [("aime2025-0", "70"), ("aime2025-1", "588")]
 
 
@@ -137,8 +176,9 @@ def test_register_layout(tmp_path):
     lay = NamedLayout("mybench-test", ("Frage", "Antwort"), "Frage", "Antwort", "Nr")
     register_layout(lay)
     try:
-        probs, info = load_problems_with_layout(write(tmp_path, "b", [{"Nr": 5, "Frage": "f", "Antwort": "a"}],
-                                                      "jsonl"))
+        probs, info = load_problems_with_layout(
+            write(tmp_path, "b", [{"Nr": 5, "Frage": "f", "Antwort": "a"}], "jsonl")
+        )
         assert info["layout"] == "mybench-test" and probs[0] == Problem(id="5", prompt="f", answer="a")
         with pytest.raises(ValueError, match="already registered"):
             register_layout(lay)
@@ -150,8 +190,10 @@ def test_register_layout(tmp_path):
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_test_case_answers_become_json(tmp_path, fmt):
     tests = [{"input": "1 2\n", "output": "3\n"}, {"input": "5 5\n", "output": "10\n"}]
-    rows = [{"id": "c0", "question": "Add two numbers.", "tests": tests},
-            {"id": "c1", "question": "Echo.", "tests": [{"input": "x", "output": "x"}]}]
+    rows = [
+        {"id": "c0", "question": "Add two numbers.", "tests": tests},
+        {"id": "c1", "question": "Echo.", "tests": [{"input": "x", "output": "x"}]},
+    ]
     probs = load_problems(write(tmp_path, "code", rows, fmt), answer_key="tests")
     assert json.loads(probs[0].answer) == tests and json.loads(probs[1].answer) == rows[1]["tests"]
     spec = {"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]}

@@ -56,7 +56,12 @@ def test_verl_parquet_round_trip(tmp_path):
     assert loaded[0].prompt == [{"role": "user", "content": "What is 2+3?"}]
     for got, want in zip(loaded, probs):
         assert (got.id, got.text, got.answer, got.data_source, got.metadata) == (
-            want.id, want.text, want.answer, want.data_source, want.metadata)
+            want.id,
+            want.text,
+            want.answer,
+            want.data_source,
+            want.metadata,
+        )
     assert loaded[1] == probs[1]
 
 
@@ -72,28 +77,41 @@ def test_json_list_round_trip(tmp_path):
 
 
 def test_plain_parquet(tmp_path):
-    path = write_parquet(tmp_path / "t.parquet", [
-        {"problem": "p0", "solution": "s0", "level": "Level 1"},
-        {"problem": "p1", "solution": "s1", "level": "Level 2"},
-    ])
+    path = write_parquet(
+        tmp_path / "t.parquet",
+        [
+            {"problem": "p0", "solution": "s0", "level": "Level 1"},
+            {"problem": "p1", "solution": "s1", "level": "Level 2"},
+        ],
+    )
     got = load_problems(path)
     assert [(p.id, p.prompt, p.answer, p.metadata) for p in got] == [
-        ("t-0", "p0", "s0", {"level": "Level 1"}), ("t-1", "p1", "s1", {"level": "Level 2"})]
+        ("t-0", "p0", "s0", {"level": "Level 1"}),
+        ("t-1", "p1", "s1", {"level": "Level 2"}),
+    ]
 
 
 def test_datasets_directory_round_trip(tmp_path):
     datasets = pytest.importorskip("datasets")
     records = [
-        {"data_source": "gsm8k", "prompt": [{"role": "user", "content": f"q{i}"}],
-         "reward_model": {"style": "rule", "ground_truth": str(i)},
-         "extra_info": {"index": i, "split": "train"}}
+        {
+            "data_source": "gsm8k",
+            "prompt": [{"role": "user", "content": f"q{i}"}],
+            "reward_model": {"style": "rule", "ground_truth": str(i)},
+            "extra_info": {"index": i, "split": "train"},
+        }
         for i in range(3)
     ]
     datasets.Dataset.from_list(records).save_to_disk(str(tmp_path / "ds"))
     got = load_problems(tmp_path / "ds")
     assert got == [
-        Problem(id=str(i), prompt=[{"role": "user", "content": f"q{i}"}], answer=str(i), data_source="gsm8k",
-                metadata={"split": "train"})
+        Problem(
+            id=str(i),
+            prompt=[{"role": "user", "content": f"q{i}"}],
+            answer=str(i),
+            data_source="gsm8k",
+            metadata={"split": "train"},
+        )
         for i in range(3)
     ]
     assert load_problems(tmp_path / "ds", limit=2) == got[:2]
@@ -101,8 +119,12 @@ def test_datasets_directory_round_trip(tmp_path):
 
 def test_datasets_dict_directory_names_splits(tmp_path):
     datasets = pytest.importorskip("datasets")
-    d = datasets.DatasetDict({"train": datasets.Dataset.from_list([{"question": "q", "answer": "1"}]),
-                              "test": datasets.Dataset.from_list([{"question": "q", "answer": "1"}])})
+    d = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list([{"question": "q", "answer": "1"}]),
+            "test": datasets.Dataset.from_list([{"question": "q", "answer": "1"}]),
+        }
+    )
     d.save_to_disk(str(tmp_path / "dd"))
     with pytest.raises(DataError, match=r"DatasetDict with splits \['test', 'train'\]"):
         load_problems(tmp_path / "dd")
@@ -129,23 +151,37 @@ def test_directory_that_is_not_a_dataset(tmp_path):
 
 def test_verl_layout_from_a_verl_style_file(tmp_path):
     # what verl's examples/data_preprocess/gsm8k.py writes
-    path = write_parquet(tmp_path / "gsm8k.parquet", [
-        {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"Q{i}"}], "ability": "math",
-         "reward_model": {"style": "rule", "ground_truth": f"{i}"},
-         "extra_info": {"split": "test", "index": i, "answer": "work", "question": f"Q{i}"}}
-        for i in range(2)
-    ])
+    path = write_parquet(
+        tmp_path / "gsm8k.parquet",
+        [
+            {
+                "data_source": "openai/gsm8k",
+                "prompt": [{"role": "user", "content": f"Q{i}"}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": f"{i}"},
+                "extra_info": {"split": "test", "index": i, "answer": "work", "question": f"Q{i}"},
+            }
+            for i in range(2)
+        ],
+    )
     got = load_problems(path)
-    assert got[1] == Problem(id="1", prompt=[{"role": "user", "content": "Q1"}], answer="1",
-                             data_source="openai/gsm8k",
-                             metadata={"ability": "math", "split": "test", "answer": "work", "question": "Q1"})
+    assert got[1] == Problem(
+        id="1",
+        prompt=[{"role": "user", "content": "Q1"}],
+        answer="1",
+        data_source="openai/gsm8k",
+        metadata={"ability": "math", "split": "test", "answer": "work", "question": "Q1"},
+    )
 
 
 def test_generic_key_priority(tmp_path):
     # problem before question before prompt; answer before solution before ground_truth
-    path = write_jsonl(tmp_path / "k.jsonl", [
-        {"prompt": "P", "question": "Q", "problem": "R", "ground_truth": "G", "solution": "S", "answer": "A"},
-    ])
+    path = write_jsonl(
+        tmp_path / "k.jsonl",
+        [
+            {"prompt": "P", "question": "Q", "problem": "R", "ground_truth": "G", "solution": "S", "answer": "A"},
+        ],
+    )
     (p,) = load_problems(path)
     assert (p.prompt, p.answer) == ("R", "A")
     assert p.metadata == {"prompt": "P", "question": "Q", "ground_truth": "G", "solution": "S"}
@@ -155,18 +191,22 @@ def test_generic_key_priority(tmp_path):
 
 
 def test_explicit_column_mapping_and_nested_keys(tmp_path):
-    path = write_jsonl(tmp_path / "m.jsonl", [
-        {"uid": "u1", "input": {"text": "2*3"}, "target": {"values": ["6", "6.0"]}, "question": "ignored?"},
-    ])
-    (p,) = load_problems(path, prompt_key="input.text", answer_key="target.values.0", id_key="uid",
-                         data_source="mine")
+    path = write_jsonl(
+        tmp_path / "m.jsonl",
+        [
+            {"uid": "u1", "input": {"text": "2*3"}, "target": {"values": ["6", "6.0"]}, "question": "ignored?"},
+        ],
+    )
+    (p,) = load_problems(path, prompt_key="input.text", answer_key="target.values.0", id_key="uid", data_source="mine")
     assert (p.id, p.prompt, p.answer, p.data_source) == ("u1", "2*3", "6", "mine")
     assert p.metadata == {"question": "ignored?"}
 
 
 def test_field_name_with_a_dot_is_found_first(tmp_path):
-    path = write_jsonl(tmp_path / "d.jsonl", [{"q": "x", "reward_model.ground_truth": "lit",
-                                               "reward_model": {"ground_truth": "nested"}}])
+    path = write_jsonl(
+        tmp_path / "d.jsonl",
+        [{"q": "x", "reward_model.ground_truth": "lit", "reward_model": {"ground_truth": "nested"}}],
+    )
     (p,) = load_problems(path, prompt_key="q", answer_key="reward_model.ground_truth")
     assert p.answer == "lit"
 
@@ -184,8 +224,9 @@ def test_answer_conversion(tmp_path, value, expected):
 
 
 def test_id_from_id_field_and_integers(tmp_path):
-    path = write_jsonl(tmp_path / "i.jsonl", [{"id": 7, "question": "q", "answer": "1"},
-                                              {"id": "x", "question": "q", "answer": "1"}])
+    path = write_jsonl(
+        tmp_path / "i.jsonl", [{"id": 7, "question": "q", "answer": "1"}, {"id": "x", "question": "q", "answer": "1"}]
+    )
     assert [p.id for p in load_problems(path)] == ["7", "x"]
 
 
@@ -226,8 +267,10 @@ GOOD = {"question": "q", "answer": "1"}
         ({"question": None, "answer": "1"}, r"field 'question' \(the prompt\) is null"),
         ({"question": 5, "answer": "1"}, r"field 'question' \(the prompt\) must be text or a list of chat messages"),
         ({"question": "  ", "answer": "1"}, "field 'question': prompt of problem 'bad-1': expected non-empty text"),
-        ({"question": [{"role": "user"}], "answer": "1"},
-         r"field 'question'.*prompt\[0\]: chat message has no 'content'"),
+        (
+            {"question": [{"role": "user"}], "answer": "1"},
+            r"field 'question'.*prompt\[0\]: chat message has no 'content'",
+        ),
         ({"question": "q", "answer": None}, "field 'answer' is null"),
         ({"question": "q", "answer": ""}, "field 'answer' is an empty string"),
         ({"question": "q", "answer": True}, "field 'answer' must be a string or a number, got a boolean"),
@@ -247,19 +290,29 @@ def test_malformed_row_jsonl(tmp_path, bad, field_msg):
 
 
 def test_malformed_row_parquet_names_row(tmp_path):
-    path = write_parquet(tmp_path / "bad.parquet", [
-        {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": gt}, "extra_info": {"index": i}}
-        for i, gt in enumerate(["1", None])
-    ])
+    path = write_parquet(
+        tmp_path / "bad.parquet",
+        [
+            {
+                "prompt": [{"role": "user", "content": "q"}],
+                "reward_model": {"ground_truth": gt},
+                "extra_info": {"index": i},
+            }
+            for i, gt in enumerate(["1", None])
+        ],
+    )
     with pytest.raises(DataError, match=r"bad\.parquet row 1 \(0-based\): field 'reward_model\.ground_truth' is null"):
         load_problems(path)
 
 
 def test_missing_nested_field_parquet(tmp_path):
-    path = write_parquet(tmp_path / "nest.parquet", [
-        {"prompt": "q0", "reward_model": {"ground_truth": "1"}, "extra_info": {"index": 0}},
-        {"prompt": "q1", "reward_model": {"ground_truth": "1"}, "extra_info": None},
-    ])
+    path = write_parquet(
+        tmp_path / "nest.parquet",
+        [
+            {"prompt": "q0", "reward_model": {"ground_truth": "1"}, "extra_info": {"index": 0}},
+            {"prompt": "q1", "reward_model": {"ground_truth": "1"}, "extra_info": None},
+        ],
+    )
     msg = r"nest\.parquet row 1 \(0-based\): missing field 'extra_info\.index' \(the id\)"
     with pytest.raises(DataError, match=msg):
         load_problems(path)
@@ -269,8 +322,9 @@ def test_bad_id_values(tmp_path):
     path = write_jsonl(tmp_path / "ids.jsonl", [{"id": 1.5, "question": "q", "answer": "1"}])
     with pytest.raises(DataError, match=r"ids\.jsonl line 1: field 'id' \(the id\) must be a string or an integer"):
         load_problems(path)
-    path = write_jsonl(tmp_path / "ids2.jsonl", [{"id": "a", "question": "q", "answer": "1"},
-                                                 {"question": "q", "answer": "1"}])
+    path = write_jsonl(
+        tmp_path / "ids2.jsonl", [{"id": "a", "question": "q", "answer": "1"}, {"question": "q", "answer": "1"}]
+    )
     with pytest.raises(DataError, match=r"ids2\.jsonl line 2: missing field 'id' \(the id\)"):
         load_problems(path)
 
@@ -328,10 +382,14 @@ def test_not_parquet(tmp_path):
 
 
 def test_duplicate_ids(tmp_path):
-    path = write_jsonl(tmp_path / "dup.jsonl", [
-        {"id": "a", "question": "q", "answer": "1"}, {"id": "b", "question": "q", "answer": "1"},
-        {"id": "a", "question": "q", "answer": "1"},
-    ])
+    path = write_jsonl(
+        tmp_path / "dup.jsonl",
+        [
+            {"id": "a", "question": "q", "answer": "1"},
+            {"id": "b", "question": "q", "answer": "1"},
+            {"id": "a", "question": "q", "answer": "1"},
+        ],
+    )
     with pytest.raises(DataError, match=r"dup\.jsonl line 3: duplicate id 'a' \(first seen at line 1\)"):
         load_problems(path)
 

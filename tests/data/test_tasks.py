@@ -98,8 +98,9 @@ def test_fields(task):
         assert p.data_source == f"reasoning_gym/{family}"
         assert isinstance(p.prompt, str) and "\n" not in p.prompt
         level = p.metadata["difficulty"]
-        assert p.metadata["config"] == {k: list(v) if isinstance(v, tuple) else v
-                                        for k, v in FAMILIES[family].levels[level].items()}
+        assert p.metadata["config"] == {
+            k: list(v) if isinstance(v, tuple) else v for k, v in FAMILIES[family].levels[level].items()
+        }
         assert p.metadata["source_question"]
         assert p.id.startswith(f"{family}-L{level}-")
     ids = [p.id for p in train + heldout]
@@ -122,8 +123,9 @@ def test_determinism_and_seed():
 
 def test_train_and_heldout_are_disjoint_and_unrepeated():
     # products level 0 has only 100 distinct questions: the splits must share none of them
-    train, heldout = make_default_task(n_train=60, n_heldout=30, seed=0, families=["products"],
-                                       levels={"products": [0]})
+    train, heldout = make_default_task(
+        n_train=60, n_heldout=30, seed=0, families=["products"], levels={"products": [0]}
+    )
     tr, ho = [p.text for p in train], [p.text for p in heldout]
     assert len(set(tr)) == 60 and len(set(ho)) == 30
     assert not set(tr) & set(ho)
@@ -153,8 +155,9 @@ def test_format_prompt_and_warmup_texts():
     p = Problem(id="x", prompt="12 + 7 = ?", answer="19")
     assert format_prompt(p) == "Q: 12 + 7 = ?\nA:"
     assert warmup_texts([p]) == ["Q: 12 + 7 = ?\nA: \\boxed{19}"]
-    chat = Problem(id="y", prompt=[{"role": "system", "content": "s"}, {"role": "user", "content": "gcd(4, 6) = ?"}],
-                   answer="2")
+    chat = Problem(
+        id="y", prompt=[{"role": "system", "content": "s"}, {"role": "user", "content": "gcd(4, 6) = ?"}], answer="2"
+    )
     assert format_prompt(chat) == "Q: gcd(4, 6) = ?\nA:"
     with pytest.raises(ValueError, match="format_prompt: expected a Problem"):
         format_prompt("12 + 7")

@@ -1,5 +1,6 @@
 """Fixtures for evaluation tests: a tiny model saved to disk (xrpo eval loads models by path, as for real ones), small
 problem files, a user verifier with mixed verdicts for a random model, and a tiny finished training run."""
+
 from __future__ import annotations
 
 import json
@@ -10,12 +11,12 @@ import pytest
 
 # verdict: right when the completion has an even number of characters; the parsed answer is that parity, so a random
 # model gets mixed counts (pass@k strictly between 0 and 1) and votes with ties (the math verifier scores it 0)
-PARITY = textwrap.dedent('''
+PARITY = textwrap.dedent("""
     from xrpo.rewards import VerifyResult
 
     def verify(completion, reference):
         return VerifyResult(score=float(len(completion) % 2 == 0), answer=str(len(completion) % 2))
-''')
+""")
 
 
 @pytest.fixture(scope="session")
@@ -46,13 +47,32 @@ def tiny_run(eval_env, tmp_path_factory):
     root = eval_env["root"]
     train_rows = [{"id": f"t{i}", "problem": f"{i} + {i + 1} = ?", "answer": str(2 * i + 1)} for i in range(12)]
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_rows))
-    cfg = build_config(None, [
-        f"output={out}", "steps=3", "method.name=xrpo", f"model.path={eval_env['model']}",
-        f"data.train={root / 'train.jsonl'}", f"data.heldout={eval_env['data']}",
-        f"data.verifier={eval_env['verifier']}", "rollout.prompts_per_step=4", "rollout.rollouts_per_step=16",
-        "method.n_base=2", "rollout.max_new_tokens=6", "rollout.embedder=hash", "eval_samples=2", "eval_k=[1,2]",
-        "eval_every=2", "save_every=0", "log_samples_every=0", "progress=false", "tensorboard=false",
-        "optim.lr=1e-2", "optim.micro_batch_tokens=64", "data.prompt_template=Q: {prompt}\nA:",
-    ])
+    cfg = build_config(
+        None,
+        [
+            f"output={out}",
+            "steps=3",
+            "method.name=xrpo",
+            f"model.path={eval_env['model']}",
+            f"data.train={root / 'train.jsonl'}",
+            f"data.heldout={eval_env['data']}",
+            f"data.verifier={eval_env['verifier']}",
+            "rollout.prompts_per_step=4",
+            "rollout.rollouts_per_step=16",
+            "method.n_base=2",
+            "rollout.max_new_tokens=6",
+            "rollout.embedder=hash",
+            "eval_samples=2",
+            "eval_k=[1,2]",
+            "eval_every=2",
+            "save_every=0",
+            "log_samples_every=0",
+            "progress=false",
+            "tensorboard=false",
+            "optim.lr=1e-2",
+            "optim.micro_batch_tokens=64",
+            "data.prompt_template=Q: {prompt}\nA:",
+        ],
+    )
     train(cfg, log=lambda *_: None)
     return out

@@ -1,4 +1,5 @@
 """xrpo.eval.config: EvalConfig's checks and the defaults that follow from the options alone."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,17 +26,20 @@ def test_resolved_n():
     assert EvalConfig(greedy=True).resolved_n() == 1
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(greedy=True, n=4), "--greedy draws one sample per problem; got --n 4"),
-    (dict(n=4, k=[1, 8]), r"every --k must be in \[1, n=4\], got \[8\]"),
-    (dict(temperature=0.0), "--temperature must be > 0"),
-    (dict(top_p=1.5), r"--top-p must be in \(0, 1\]"),
-    (dict(chunk_size=0), "--chunk-size must be >= 1, got 0"),
-    (dict(engine="sglang"), "--engine must be hf or vllm, got 'sglang'"),
-    (dict(dtype="float16"), "--dtype must be float32 or bfloat16, got 'float16'"),
-    (dict(icl_style="xml"), "--icl-style must be paper or fewshot, got 'xml'"),
-    (dict(data=[]), "no datasets given"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(greedy=True, n=4), "--greedy draws one sample per problem; got --n 4"),
+        (dict(n=4, k=[1, 8]), r"every --k must be in \[1, n=4\], got \[8\]"),
+        (dict(temperature=0.0), "--temperature must be > 0"),
+        (dict(top_p=1.5), r"--top-p must be in \(0, 1\]"),
+        (dict(chunk_size=0), "--chunk-size must be >= 1, got 0"),
+        (dict(engine="sglang"), "--engine must be hf or vllm, got 'sglang'"),
+        (dict(dtype="float16"), "--dtype must be float32 or bfloat16, got 'float16'"),
+        (dict(icl_style="xml"), "--icl-style must be paper or fewshot, got 'xml'"),
+        (dict(data=[]), "no datasets given"),
+    ],
+)
 def test_validate_names_the_option(kw, message):
     with pytest.raises(ValueError, match=message):
         EvalConfig(**kw).validate()

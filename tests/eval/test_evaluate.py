@@ -1,6 +1,7 @@
 """`xrpo.eval.evaluate` end to end on a tiny model: figures consistent with the per-problem counts, resume after an
 interruption (no problem sampled twice, same results as one uninterrupted run), settings, prompts and references that
 changed, damaged files, greedy, test-time ICL, run and checkpoint directories as the model, data specs."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,16 @@ def quiet(*_):
 
 
 def cfg_for(env, out, **kw) -> EvalConfig:
-    base = dict(model=str(env["model"]), data=[str(env["data"])], n=4, max_new_tokens=6, verifier=env["verifier"],
-                output=str(out), chunk_size=2, seed=3)
+    base = dict(
+        model=str(env["model"]),
+        data=[str(env["data"])],
+        n=4,
+        max_new_tokens=6,
+        verifier=env["verifier"],
+        output=str(out),
+        chunk_size=2,
+        seed=3,
+    )
     base.update(kw)
     return EvalConfig(**base)
 
@@ -84,24 +93,31 @@ def test_resume_after_interruption_equals_one_run(eval_env, tmp_path):
 
     sampled = []
     logs = []
-    again = evaluate(cfg_for(eval_env, tmp_path / "two"), log=logs.append,
-                     on_chunk=lambda name, recs: sampled.extend(r["id"] for r in recs))
+    again = evaluate(
+        cfg_for(eval_env, tmp_path / "two"),
+        log=logs.append,
+        on_chunk=lambda name, recs: sampled.extend(r["id"] for r in recs),
+    )
     assert sampled == ["q4", "q5", "q6"]  # nothing sampled twice
     assert any("4 problems already scored, 3 to go" in x for x in logs)
     assert [r["id"] for r in lines(per)] == [f"q{i}" for i in range(7)]
     # same seed, same chunks: the resumed run is the uninterrupted one
     assert again["per_problem"] == one["per_problem"] and again["datasets"] == one["datasets"]
     # a third run samples nothing
-    third = evaluate(cfg_for(eval_env, tmp_path / "two"), log=quiet,
-                     on_chunk=lambda *a: pytest.fail("sampled a finished problem"))
+    third = evaluate(
+        cfg_for(eval_env, tmp_path / "two"), log=quiet, on_chunk=lambda *a: pytest.fail("sampled a finished problem")
+    )
     assert third["average"] == one["average"]
 
 
 def test_raising_the_limit_extends_a_run(eval_env, tmp_path):
     evaluate(cfg_for(eval_env, tmp_path / "e", limit=3), log=quiet)
     sampled = []
-    res = evaluate(cfg_for(eval_env, tmp_path / "e", limit=5), log=quiet,
-                   on_chunk=lambda name, recs: sampled.extend(r["id"] for r in recs))
+    res = evaluate(
+        cfg_for(eval_env, tmp_path / "e", limit=5),
+        log=quiet,
+        on_chunk=lambda name, recs: sampled.extend(r["id"] for r in recs),
+    )
     assert sampled == ["q3", "q4"] and res["datasets"]["small"]["num_problems"] == 5
     # a smaller limit reports the first problems only; the file keeps the rest
     res = evaluate(cfg_for(eval_env, tmp_path / "e", limit=2), log=quiet)
@@ -116,8 +132,11 @@ def test_changed_settings_are_refused(eval_env, tmp_path):
     with pytest.raises(ValueError, match=r"n: saved 4, now 2"):
         evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, n=2), log=quiet)
     # grading: records graded without arguments are not mixed with ones graded with them
-    with pytest.raises(ValueError, match=r"other settings \(verifier_args: saved \{\}, now \{'timeout': 0\.5, "
-                                         r"'workers': 1\}\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"other settings \(verifier_args: saved \{\}, now \{'timeout': 0\.5, "
+        r"'workers': 1\}\)",
+    ):
         evaluate(cfg_for(eval_env, tmp_path / "e", limit=2, verifier_args="{timeout: 0.5, workers: 1}"), log=quiet)
     # the seed stream: chunk c samples with a seed of (seed, dataset, c), so the chunk size decides a problem's seed
     with pytest.raises(ValueError, match=r"other settings \(chunk_size: saved 2, now 1\)"):
@@ -149,8 +168,11 @@ def test_settings_of_version_1_are_read(eval_env, tmp_path):
     del v1["icl_corpus_sha"]
     path.write_text(json.dumps(v1))
     sampled = []
-    evaluate(cfg_for(eval_env, tmp_path / "e", limit=3, chunk_size=None), log=quiet,
-             on_chunk=lambda name, recs: sampled.extend(r["id"] for r in recs))
+    evaluate(
+        cfg_for(eval_env, tmp_path / "e", limit=3, chunk_size=None),
+        log=quiet,
+        on_chunk=lambda name, recs: sampled.extend(r["id"] for r in recs),
+    )
     assert sampled == ["q2"] and json.loads(path.read_text())["version"] == 2
     path.write_text(json.dumps(dict(v1, verifier_args={"timeout": 2})))
     with pytest.raises(ValueError, match=r"verifier_args: saved \{'timeout': 2\}, now \{\}"):
@@ -159,31 +181,39 @@ def test_settings_of_version_1_are_read(eval_env, tmp_path):
 
 def test_changed_prompts_are_refused(eval_env, tmp_path):
     two = tmp_path / "two.jsonl"
-    two.write_text("".join(json.dumps({"id": r["id"], "Q": r["problem"], "Q2": "Compute " + r["problem"],
-                                       "A": r["answer"]}) + "\n" for r in eval_env["rows"]))
+    two.write_text(
+        "".join(
+            json.dumps({"id": r["id"], "Q": r["problem"], "Q2": "Compute " + r["problem"], "A": r["answer"]}) + "\n"
+            for r in eval_env["rows"]
+        )
+    )
     res = evaluate(cfg_for(eval_env, tmp_path / "e", data=[f"{two}:name=Two,prompt=Q,answer=A"], limit=2), log=quiet)
     recs = res["per_problem"]["Two"]
     # the dataset's prompt text, hashed: what a record was sampled from
     assert [r["prompt_sha"] for r in recs] == [
-        hashlib.sha256(r["problem"].encode()).hexdigest()[:16] for r in eval_env["rows"][:2]]
+        hashlib.sha256(r["problem"].encode()).hexdigest()[:16] for r in eval_env["rows"][:2]
+    ]
     assert lines(tmp_path / "e" / "per_problem" / "Two.jsonl") == recs
-    with pytest.raises(ValueError, match=r"Two\.jsonl: problem 'q0' of dataset Two was sampled from another prompt "
-                                         r"than the one .*two\.jsonl now gives \(prompt_sha saved '[0-9a-f]{16}', now"):
+    with pytest.raises(
+        ValueError,
+        match=r"Two\.jsonl: problem 'q0' of dataset Two was sampled from another prompt "
+        r"than the one .*two\.jsonl now gives \(prompt_sha saved '[0-9a-f]{16}', now",
+    ):
         evaluate(cfg_for(eval_env, tmp_path / "e", data=[f"{two}:name=Two,prompt=Q2,answer=A"], limit=3), log=quiet)
     # records of an older xrpo carry no hash: read as unknown, with a note, and the run goes on
     per = tmp_path / "e" / "per_problem" / "Two.jsonl"
     per.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "prompt_sha"}) + "\n" for r in recs))
     logs = []
-    res = evaluate(cfg_for(eval_env, tmp_path / "e", data=[f"{two}:name=Two,prompt=Q2,answer=A"], limit=3),
-                   log=logs.append)
+    res = evaluate(
+        cfg_for(eval_env, tmp_path / "e", data=[f"{two}:name=Two,prompt=Q2,answer=A"], limit=3), log=logs.append
+    )
     assert any("Two.jsonl: 2 saved problems have no prompt_sha" in x for x in logs)
     assert ["prompt_sha" in r for r in res["per_problem"]["Two"]] == [False, False, True]
 
 
 def test_incomplete_last_line_is_dropped_and_resampled(eval_env, tmp_path):
     with pytest.raises(Interrupt):
-        evaluate(cfg_for(eval_env, tmp_path / "e"), log=quiet,
-                 on_chunk=lambda *a: (_ for _ in ()).throw(Interrupt()))
+        evaluate(cfg_for(eval_env, tmp_path / "e"), log=quiet, on_chunk=lambda *a: (_ for _ in ()).throw(Interrupt()))
     per = tmp_path / "e" / "per_problem" / "small.jsonl"
     text = per.read_text()
     per.write_text(text + text.splitlines()[0][:30])  # a write cut short mid-line
@@ -223,20 +253,37 @@ def test_greedy(eval_env, tmp_path):
 
 def test_test_time_icl_records_its_examples(eval_env, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"problem_id": "s1", "problem": "1 + 3 = ?", "solution": " \\boxed{4}"},
-        {"problem_id": "s2", "problem": "2 + 4 = ?", "solution": " \\boxed{6}"},
-        {"problem_id": "q0", "problem": "0 + 2 = ?", "solution": " \\boxed{2}"},  # q0 itself: never shown to q0
-    ]))
-    res = evaluate(cfg_for(eval_env, tmp_path / "e", icl_corpus=str(corpus), embedder="hash", limit=3,
-                           icl_style="fewshot", prompt_template="Q: {prompt}\nA:"), log=quiet)
+    corpus.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"problem_id": "s1", "problem": "1 + 3 = ?", "solution": " \\boxed{4}"},
+                {"problem_id": "s2", "problem": "2 + 4 = ?", "solution": " \\boxed{6}"},
+                {"problem_id": "q0", "problem": "0 + 2 = ?", "solution": " \\boxed{2}"},  # q0 itself: never shown to q0
+            ]
+        )
+    )
+    res = evaluate(
+        cfg_for(
+            eval_env,
+            tmp_path / "e",
+            icl_corpus=str(corpus),
+            embedder="hash",
+            limit=3,
+            icl_style="fewshot",
+            prompt_template="Q: {prompt}\nA:",
+        ),
+        log=quiet,
+    )
     recs = res["per_problem"]["small"]
     assert all(len(r["icl_examples"]) == 2 for r in recs)
     assert "q0" not in recs[0]["icl_examples"] and "q0" in recs[1]["icl_examples"]
     assert res["settings"]["icl_k"] == 2 and res["settings"]["embedder"] == "hash"
     # the paper's template does not fit the tiny model's 256-token context: the examples are cut, the prompt is plain
-    res = evaluate(cfg_for(eval_env, tmp_path / "p", icl_corpus=str(corpus), embedder="hash", limit=1,
-                           icl_style="paper"), log=quiet)
+    res = evaluate(
+        cfg_for(eval_env, tmp_path / "p", icl_corpus=str(corpus), embedder="hash", limit=1, icl_style="paper"),
+        log=quiet,
+    )
     assert res["per_problem"]["small"][0]["icl_examples"] == []
     assert lines(tmp_path / "e" / "per_problem" / "small.jsonl")[0]["icl_examples"] == recs[0]["icl_examples"]
     check_consistent(res)
@@ -244,8 +291,18 @@ def test_test_time_icl_records_its_examples(eval_env, tmp_path):
     with corpus.open("a") as f:
         f.write(json.dumps({"problem_id": "s3", "problem": "3 + 5 = ?", "solution": " \\boxed{8}"}) + "\n")
     with pytest.raises(ValueError, match=r"other settings \(icl_corpus_sha: saved '\w{16}', now '\w{16}'\)"):
-        evaluate(cfg_for(eval_env, tmp_path / "e", icl_corpus=str(corpus), embedder="hash", limit=3,
-                         icl_style="fewshot", prompt_template="Q: {prompt}\nA:"), log=quiet)
+        evaluate(
+            cfg_for(
+                eval_env,
+                tmp_path / "e",
+                icl_corpus=str(corpus),
+                embedder="hash",
+                limit=3,
+                icl_style="fewshot",
+                prompt_template="Q: {prompt}\nA:",
+            ),
+            log=quiet,
+        )
 
 
 def test_run_and_checkpoint_directories(eval_env, tiny_run, tmp_path):
@@ -268,21 +325,35 @@ def test_run_and_checkpoint_directories(eval_env, tiny_run, tmp_path):
 
 def test_data_specs(eval_env, tmp_path):
     upper = tmp_path / "upper.jsonl"
-    upper.write_text("".join(json.dumps({"Q": r["problem"], "A": r["answer"], "key": r["id"]}) + "\n"
-                             for r in eval_env["rows"][:3]))
-    res = evaluate(cfg_for(eval_env, tmp_path / "e", data=[f"{upper}:name=Mine,prompt=Q,answer=A,id=key",
-                                                           str(eval_env["data"])], limit=2), log=quiet)
+    upper.write_text(
+        "".join(json.dumps({"Q": r["problem"], "A": r["answer"], "key": r["id"]}) + "\n" for r in eval_env["rows"][:3])
+    )
+    res = evaluate(
+        cfg_for(
+            eval_env,
+            tmp_path / "e",
+            data=[f"{upper}:name=Mine,prompt=Q,answer=A,id=key", str(eval_env["data"])],
+            limit=2,
+        ),
+        log=quiet,
+    )
     assert list(res["datasets"]) == ["Mine", "small"]
     assert res["datasets"]["Mine"]["loaded_as"]["prompt"] == "Q"
     assert [r["id"] for r in res["per_problem"]["Mine"]] == ["q0", "q1"]
     assert (tmp_path / "e" / "per_problem" / "Mine.jsonl").exists()
-    res = evaluate(cfg_for(eval_env, tmp_path / "f", data=[str(upper)], column_map="prompt=Q,answer=A", limit=1),
-                   log=quiet)
+    res = evaluate(
+        cfg_for(eval_env, tmp_path / "f", data=[str(upper)], column_map="prompt=Q,answer=A", limit=1), log=quiet
+    )
     assert res["datasets"]["upper"]["num_problems"] == 1
     # the column map applies to a dataset with options of its own too; those override it key by key
-    res = evaluate(cfg_for(eval_env, tmp_path / "h", data=[f"{upper}:name=U,id=key"], column_map="prompt=Q,answer=A",
-                           limit=2), log=quiet)
+    res = evaluate(
+        cfg_for(eval_env, tmp_path / "h", data=[f"{upper}:name=U,id=key"], column_map="prompt=Q,answer=A", limit=2),
+        log=quiet,
+    )
     assert {k: res["datasets"]["U"]["loaded_as"][k] for k in ("prompt", "answer", "id")} == {
-        "prompt": "Q", "answer": "A", "id": "key"}
+        "prompt": "Q",
+        "answer": "A",
+        "id": "key",
+    }
     with pytest.raises(ValueError, match="two datasets are named 'small'"):
         evaluate(cfg_for(eval_env, tmp_path / "g", data=[str(eval_env["data"])] * 2), log=quiet)

@@ -1,5 +1,6 @@
 """xrpo.eval.model: MODEL resolved to the weights and the training settings that supply eval's defaults. Run and
 checkpoint directories end to end: tests/eval/test_evaluate.py::test_run_and_checkpoint_directories."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +15,20 @@ _documented = {name: doc.split()[0].rstrip(".:") for name, doc in field_docs(Run
 
 
 def test_run_defaults_are_the_training_config():
-    cfg = build_config(None, ["model.dtype=bfloat16", "model.system_prompt=hi", "data.n_heldout=7", "seed=5",
-                              "rollout.max_new_tokens=9", "rollout.stop=[END]", "rollout.icl_style=paper",
-                              "rollout.vllm_kv_cache_gib=2.5", "data.verifier_args={timeout: 3}"])
+    cfg = build_config(
+        None,
+        [
+            "model.dtype=bfloat16",
+            "model.system_prompt=hi",
+            "data.n_heldout=7",
+            "seed=5",
+            "rollout.max_new_tokens=9",
+            "rollout.stop=[END]",
+            "rollout.icl_style=paper",
+            "rollout.vllm_kv_cache_gib=2.5",
+            "data.verifier_args={timeout: 3}",
+        ],
+    )
     run = run_defaults(cfg)
     # every field holds the setting named in its docstring ("model.dtype.", "seed (...)")
     for f in dataclasses.fields(RunDefaults):
@@ -35,7 +47,12 @@ def test_run_defaults_are_the_training_config():
 def test_a_name_that_is_not_a_run(tmp_path):
     rm = resolve_model("default")
     assert (rm.spec, rm.load_path, rm.run_dir, rm.checkpoint, rm.run.model_path) == (
-        "default", "default", None, None, "default")
+        "default",
+        "default",
+        None,
+        None,
+        "default",
+    )
     (tmp_path / "config.yaml").write_text("steps: 1\n")
     with pytest.raises(FileNotFoundError, match="a run directory without checkpoints/"):
         resolve_model(str(tmp_path))

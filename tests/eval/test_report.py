@@ -1,4 +1,5 @@
 """`xrpo report RUN_DIR` on a real tiny training run: every section, its plots, the HTML page with them embedded."""
+
 from __future__ import annotations
 
 import base64
@@ -19,9 +20,15 @@ def test_report_of_a_tiny_xrpo_run(tiny_run, tmp_path):
     md_path = make_report(run, log=lambda *_: None)
     assert md_path == run / "report" / "report.md"
     md = md_path.read_text()
-    for section in ["# Training report: run", "## Training reward", "## Held-out accuracy",
-                    "## Rollout allocation", "## ICL seeding", "## Novelty-guided advantage sharpening",
-                    "## Step time"]:
+    for section in [
+        "# Training report: run",
+        "## Training reward",
+        "## Held-out accuracy",
+        "## Rollout allocation",
+        "## ICL seeding",
+        "## Novelty-guided advantage sharpening",
+        "## Step time",
+    ]:
         assert section in md, section
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert images == ["reward.png", "heldout.png", "allocation.png", "icl.png", "sharpened.png", "step_time.png"]
@@ -49,8 +56,9 @@ def test_report_of_a_run_without_xrpo_mechanisms(tiny_run, tmp_path):
     shutil.copytree(tiny_run, run)
     keep = ("rollout/", "time/", "loss/", "optim/")
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    (run / "metrics.jsonl").write_text("".join(
-        json.dumps({k: v for k, v in r.items() if k == "step" or k.startswith(keep)}) + "\n" for r in rows))
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k == "step" or k.startswith(keep)}) + "\n" for r in rows)
+    )
     (run / "rounds.jsonl").write_text("")
     (run / "summary.json").unlink()
     md = make_report(run, html_page=False, log=lambda *_: None).read_text()
@@ -82,16 +90,28 @@ def test_report_counts_every_segment_of_a_resumed_run(tiny_run, tmp_path):
 
     # the issue's run: 24 steps, killed at step 18 after the step-16 checkpoint, resumed; set-aside work is named
     s = json.loads((run / "summary.json").read_text())
-    s["segments"] = [{"start_step": 0, "end_step": 16, "wall_time_s": 30.4, "steps": 16, "rollouts": 0, "tokens": 0},
-                     {"start_step": 16, "end_step": 24, "wall_time_s": 16.2, "steps": 8, "rollouts": 0, "tokens": 0,
-                      "discarded_steps": 2, "discarded_time_s": 3.46}]
+    s["segments"] = [
+        {"start_step": 0, "end_step": 16, "wall_time_s": 30.4, "steps": 16, "rollouts": 0, "tokens": 0},
+        {
+            "start_step": 16,
+            "end_step": 24,
+            "wall_time_s": 16.2,
+            "steps": 8,
+            "rollouts": 0,
+            "tokens": 0,
+            "discarded_steps": 2,
+            "discarded_time_s": 3.46,
+        },
+    ]
     s.update(discarded_steps=2, discarded_time_s=3.46)
     (run / "summary.json").write_text(json.dumps(s))
     md = make_report(run, html_page=False, log=lambda *_: None).read_text()
     # 30.4 + 16.2 = 46.6 s
     assert "| wall time | 47 s over 2 segments |" in md
-    assert ("| segments | 2: steps 0->16, 16->24; 2 steps and 3.5 s of logged work after a checkpoint were set aside "
-            "on resume (*.discarded.jsonl) and are not in the wall time |") in md
+    assert (
+        "| segments | 2: steps 0->16, 16->24; 2 steps and 3.5 s of logged work after a checkpoint were set aside "
+        "on resume (*.discarded.jsonl) and are not in the wall time |"
+    ) in md
 
 
 def test_report_of_an_unfinished_run_and_of_an_older_resumed_log(tiny_run, tmp_path):

@@ -1,4 +1,5 @@
 """xrpo.eval.settings: every default of an evaluation filled in, from the model's run or the trainer's defaults."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,20 @@ def test_another_model_and_the_options_that_override(tmp_path):
     s = resolve_settings(EvalConfig(), rm, 32)
     assert s["model"] == str(tmp_path.resolve())
     assert (s["prompt_template"], s["max_new_tokens"], s["max_prompt_tokens"]) == ("{prompt}", 2048, 4096)
-    s = resolve_settings(EvalConfig(prompt_template="boxed", max_new_tokens=5, greedy=True, stop=["\n"], seed=3,
-                                    verifier_args="{timeout: 2}", engine="vllm", dtype="bfloat16"), rm, 1)
+    s = resolve_settings(
+        EvalConfig(
+            prompt_template="boxed",
+            max_new_tokens=5,
+            greedy=True,
+            stop=["\n"],
+            seed=3,
+            verifier_args="{timeout: 2}",
+            engine="vllm",
+            dtype="bfloat16",
+        ),
+        rm,
+        1,
+    )
     assert s["prompt_template"] == PROMPT_TEMPLATES["boxed"]
     assert (s["max_new_tokens"], s["temperature"], s["top_p"], s["stop"], s["seed"]) == (5, 0.0, 1.0, ["\n"], 3)
     assert (s["verifier_args"], s["engine"], s["chunk_size"], s["dtype"]) == ({"timeout": 2}, "vllm", 4096, "bfloat16")

@@ -1,4 +1,5 @@
 """xrpo.eval.spec: the data-spec language, the names it gives datasets, and the built-in datasets it loads."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +13,13 @@ from xrpo.eval.spec import DataSpec, dataset_name, load_dataset, parse_data_spec
 def test_parse_data_spec():
     s = parse_data_spec("data/aime.parquet:name=AIME'24,prompt=Problem,answer=Answer,id=ID,layout=aime2024")
     assert (s.source, s.name, s.prompt_key, s.answer_key, s.id_key, s.layout) == (
-        "data/aime.parquet", "AIME'24", "Problem", "Answer", "ID", "aime2024")
+        "data/aime.parquet",
+        "AIME'24",
+        "Problem",
+        "Answer",
+        "ID",
+        "aime2024",
+    )
     assert parse_data_spec("champ").source == "champ"
     assert parse_data_spec("x.jsonl", "prompt=q").prompt_key == "q"
     # the column map and the spec's own options merge, the spec's winning key by key
@@ -23,8 +30,11 @@ def test_parse_data_spec():
     # the built-in datasets have fixed fields: the column map is for files, their own field options are refused
     s = parse_data_spec("champ:name=C", "prompt=q")
     assert (s.source, s.name, s.prompt_key) == ("champ", "C", None)
-    with pytest.raises(ValueError, match=r"data spec 'default:prompt=q': default is a built-in dataset with fixed "
-                                         r"fields; it takes only name=, got prompt="):
+    with pytest.raises(
+        ValueError,
+        match=r"data spec 'default:prompt=q': default is a built-in dataset with fixed "
+        r"fields; it takes only name=, got prompt=",
+    ):
         parse_data_spec("default:prompt=q")
     with pytest.raises(ValueError, match=r"--column-map: 'name' would give every dataset the same name"):
         parse_data_spec("x.jsonl", "name=X")
@@ -40,7 +50,8 @@ def test_dataset_names(tmp_path):
     (tmp_path / "aime24").mkdir()
     assert dataset_name(DataSpec(str(tmp_path / "aime24" / "test.parquet"))) == "aime24-test"
     assert dataset_name(DataSpec(str(tmp_path / "aime24" / "train-00000-of-00001.parquet"))) == (
-        "aime24-train-00000-of-00001")
+        "aime24-train-00000-of-00001"
+    )
     assert slug("AIME'24 (v2)") == "AIME_24_v2"
     assert slug("///") == "dataset"
 

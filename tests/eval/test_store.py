@@ -1,5 +1,6 @@
 """xrpo.eval.store: the resume store. settings.json refuses other sample settings (and reads version 1); the
 per-problem files survive an interrupted write, name a damaged line, and are checked against the problems."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,18 @@ from xrpo.eval import store
 
 
 def rec(pid, answer="1", n=2, **kw):
-    return {"id": pid, "reference": answer, "n": n, "c": 1, "answers": ["1", None], "correct": [True, False],
-            "scores": [1.0, 0.0], "lengths": [3, 4], "truncated": 0, **kw}
+    return {
+        "id": pid,
+        "reference": answer,
+        "n": n,
+        "c": 1,
+        "answers": ["1", None],
+        "correct": [True, False],
+        "scores": [1.0, 0.0],
+        "lengths": [3, 4],
+        "truncated": 0,
+        **kw,
+    }
 
 
 def test_records_round_trip_and_an_interrupted_last_line(tmp_path):
@@ -49,12 +60,35 @@ def test_damaged_files_name_the_line(tmp_path):
         store.read_records(path, print)
 
 
-SETTINGS = {"version": 2, "model": "/m", "checkpoint": None, "gguf_file": None, "dtype": "float32", "n": 8,
-            "greedy": False, "temperature": 1.0, "top_p": 0.95, "max_new_tokens": 24, "stop": [], "seed": 0,
-            "prompt_template": "Q: {prompt}\nA:", "chat_template": None, "system_prompt": None, "icl_corpus": None,
-            "icl_corpus_sha": None, "icl_k": None, "icl_style": None, "embedder": None, "max_prompt_tokens": 256,
-            "verifier": "math", "verifier_args": {}, "engine": "vllm", "chunk_size": 512, "batch_size": 256,
-            "run_dir": None}
+SETTINGS = {
+    "version": 2,
+    "model": "/m",
+    "checkpoint": None,
+    "gguf_file": None,
+    "dtype": "float32",
+    "n": 8,
+    "greedy": False,
+    "temperature": 1.0,
+    "top_p": 0.95,
+    "max_new_tokens": 24,
+    "stop": [],
+    "seed": 0,
+    "prompt_template": "Q: {prompt}\nA:",
+    "chat_template": None,
+    "system_prompt": None,
+    "icl_corpus": None,
+    "icl_corpus_sha": None,
+    "icl_k": None,
+    "icl_style": None,
+    "embedder": None,
+    "max_prompt_tokens": 256,
+    "verifier": "math",
+    "verifier_args": {},
+    "engine": "vllm",
+    "chunk_size": 512,
+    "batch_size": 256,
+    "run_dir": None,
+}
 
 
 def test_settings_are_checked(tmp_path):
@@ -63,8 +97,11 @@ def test_settings_are_checked(tmp_path):
     store.save_settings(tmp_path, SETTINGS)
     assert json.loads(path.read_text()) == SETTINGS
     store.check_settings(path, dict(SETTINGS, batch_size=7, run_dir="/r"))  # execution settings may change
-    with pytest.raises(ValueError, match=r"holds an evaluation with other settings \(top_p: saved 0.95, now 0.9; "
-                                         r"seed: saved 0, now 1\); re-run with the saved settings"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds an evaluation with other settings \(top_p: saved 0.95, now 0.9; "
+        r"seed: saved 0, now 1\); re-run with the saved settings",
+    ):
         store.check_settings(path, dict(SETTINGS, top_p=0.9, seed=1))
     path.write_text("[1]")
     with pytest.raises(ValueError, match="expected a JSON object of settings, got list"):
@@ -94,7 +131,8 @@ def test_saved_records_are_checked_against_the_problems(tmp_path):
     store.Appender(path)([rec("b", "2", prompt_sha=shas["b"]), rec("z")])
     # problem z is not asked for (a smaller --limit): kept in the file, left out
     assert store.saved_records(tmp_path, "d", "d.jsonl", problems, shas, 2, print) == {
-        1: rec("b", "2", prompt_sha=shas["b"])}
+        1: rec("b", "2", prompt_sha=shas["b"])
+    }
     with pytest.raises(ValueError, match=r"problem 'b' of d holds 2 samples, expected n=4"):
         store.saved_records(tmp_path, "d", "d.jsonl", problems, shas, 4, print)
     changed = [problems[0], Problem(id="b", prompt="1+1", answer="3")]
@@ -106,8 +144,10 @@ def test_saved_records_are_checked_against_the_problems(tmp_path):
     path.write_text(json.dumps(rec("a")) + "\n")
     logs = []
     assert list(store.saved_records(tmp_path, "d", "d.jsonl", problems, shas, 2, logs.append)) == [0]
-    assert logs == [f"{path}: 1 saved problems have no prompt_sha (written by an older xrpo): their prompts cannot "
-                    f"be checked against d.jsonl"]
+    assert logs == [
+        f"{path}: 1 saved problems have no prompt_sha (written by an older xrpo): their prompts cannot "
+        f"be checked against d.jsonl"
+    ]
 
 
 def test_prompt_sha():
@@ -115,5 +155,7 @@ def test_prompt_sha():
 
     assert store.prompt_sha(Problem(id="a", prompt="1+1", answer="2")) == hashlib.sha256(b"1+1").hexdigest()[:16]
     chat = [{"role": "user", "content": "1+1"}]
-    assert store.prompt_sha(Problem(id="a", prompt=chat, answer="2")) == hashlib.sha256(
-        json.dumps(chat, sort_keys=True).encode()).hexdigest()[:16]
+    assert (
+        store.prompt_sha(Problem(id="a", prompt=chat, answer="2"))
+        == hashlib.sha256(json.dumps(chat, sort_keys=True).encode()).hexdigest()[:16]
+    )

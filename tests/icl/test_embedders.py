@@ -100,11 +100,13 @@ def test_wordllama_loads_offline_and_normalises(wordllama):
     check_output(wordllama, x, len(TEXTS))
     assert wordllama.dim == 256 and wordllama.name == "wordllama-l2_supercat-256"
     np.testing.assert_allclose(x[1:3], wordllama.encode(TEXTS[1:3]), rtol=1e-6, atol=1e-6)
-    p, q, r = wordllama.encode([
-        "A fair coin is flipped 4 times. What is the probability of exactly two heads?",
-        "Two dice are rolled. What is the chance that the sum is 7?",
-        "Find the area of a triangle with base 6 and height 4.",
-    ])
+    p, q, r = wordllama.encode(
+        [
+            "A fair coin is flipped 4 times. What is the probability of exactly two heads?",
+            "Two dice are rolled. What is the chance that the sum is 7?",
+            "Find the area of a triangle with base 6 and height 4.",
+        ]
+    )
     assert p @ q > p @ r  # semantic, not only lexical: no shared content words between p and q
 
 
@@ -128,11 +130,13 @@ def test_minilm_loads_offline_and_normalises(minilm):
     check_output(minilm, x, len(TEXTS))
     assert minilm.dim == 384 and minilm.name == "minilm-all-MiniLM-L6-v2"
     np.testing.assert_allclose(x[1:3], minilm.encode(TEXTS[1:3]), rtol=1e-4, atol=1e-5)
-    p, q, r = minilm.encode([
-        "A fair coin is flipped 4 times. What is the probability of exactly two heads?",
-        "Two dice are rolled. What is the chance that the sum is 7?",
-        "Find the area of a triangle with base 6 and height 4.",
-    ])
+    p, q, r = minilm.encode(
+        [
+            "A fair coin is flipped 4 times. What is the probability of exactly two heads?",
+            "Two dice are rolled. What is the chance that the sum is 7?",
+            "Find the area of a triangle with base 6 and height 4.",
+        ]
+    )
     assert p @ q > p @ r
 
 

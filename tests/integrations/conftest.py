@@ -9,6 +9,7 @@ reward manager calling xrpo's reward function). Ray is not started: the workers 
 
 The model is the GPU smoke test's tiny Llama (examples/verl/make_tiny_model.py explains why not the tiny Qwen2).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -69,8 +70,9 @@ class TinyServer:
                 if tok == self.tokenizer.eos_token_id:
                     break
                 inp = torch.tensor([[tok]])
-        return TokenOutput(token_ids=new, log_probs=lps if sampling_params.get("logprobs") else None,
-                           stop_reason="completed")
+        return TokenOutput(
+            token_ids=new, log_probs=lps if sampling_params.get("logprobs") else None, stop_reason="completed"
+        )
 
 
 class InProcessHandle:

@@ -1,4 +1,5 @@
 """The ``xrpo`` advantage estimator on ragged verl DataProto batches: the numbers of xrpo.algo, bit for bit."""
+
 from __future__ import annotations
 
 import math
@@ -36,19 +37,23 @@ def ragged_batch(seed: int, n_groups: int = 7, T: int = 12, pads: int = 0):
     uids = np.concatenate([uids, [f"pad-{i}" for i in range(pads)]])
     n = len(uids)
     lengths = rng.integers(1, T + 1, size=n)
-    lengths[n - pads:] = 0
+    lengths[n - pads :] = 0
     mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int64)
     rewards = rng.choice([0.0, 1.0, 0.5], size=n, p=[0.5, 0.4, 0.1]).astype(np.float32)
-    rewards[n - pads:] = 0.0
+    rewards[n - pads :] = 0.0
     tlr = np.zeros((n, T), dtype=np.float32)
     real = lengths > 0
     tlr[np.flatnonzero(real), lengths[real] - 1] = rewards[real]
     lp = (-rng.exponential(1.0, size=(n, T))).astype(np.float32)
     perm = rng.permutation(n)
-    td = TensorDict({
-        "token_level_rewards": torch.from_numpy(tlr[perm]), "response_mask": torch.from_numpy(mask[perm]),
-        "old_log_probs": torch.from_numpy(lp[perm]),
-    }, batch_size=n)
+    td = TensorDict(
+        {
+            "token_level_rewards": torch.from_numpy(tlr[perm]),
+            "response_mask": torch.from_numpy(mask[perm]),
+            "old_log_probs": torch.from_numpy(lp[perm]),
+        },
+        batch_size=n,
+    )
     return DataProto(batch=td, non_tensor_batch={"uid": np.array(uids[perm], dtype=object)})
 
 
@@ -73,9 +78,13 @@ def expected(batch: DataProto, scale="std", sharpen=True, lam_nov=2.5, kappa=0.5
 def run(batch: DataProto, cfg, **kw):
     metrics: dict = {}
     adv, ret = estimator()(
-        token_level_rewards=batch.batch["token_level_rewards"], response_mask=batch.batch["response_mask"],
-        index=batch.non_tensor_batch["uid"], config=cfg, old_log_probs=batch.batch["old_log_probs"],
-        metrics=metrics, **kw,
+        token_level_rewards=batch.batch["token_level_rewards"],
+        response_mask=batch.batch["response_mask"],
+        index=batch.non_tensor_batch["uid"],
+        config=cfg,
+        old_log_probs=batch.batch["old_log_probs"],
+        metrics=metrics,
+        **kw,
     )
     return adv, ret, metrics
 
@@ -86,12 +95,14 @@ def test_hand_computed_sharpening_and_padding():
     tlr = torch.zeros(6, 3)
     tlr[0, 1] = 1.0
     # s(y) (Eq. 4): row 0 = (-3 - 3) / 2 = -3, row 3 = (-1 - 1 - 1) / 3 = -1; masked entries (99) are ignored
-    lp = torch.tensor([[-3.0, -3.0, 99.0], [-1.0, 99, 99], [-2.0, 99, 99], [-1.0, -1.0, -1.0], [-0.5, 99, 99],
-                       [99.0, 99, 99]])
+    lp = torch.tensor(
+        [[-3.0, -3.0, 99.0], [-1.0, 99, 99], [-2.0, 99, 99], [-1.0, -1.0, -1.0], [-0.5, 99, 99], [99.0, 99, 99]]
+    )
     uid = np.array(["a", "b", "b", "a", "b", "pad"], dtype=object)
     metrics: dict = {}
-    adv, ret = estimator()(token_level_rewards=tlr, response_mask=mask, index=uid, config=algo_config(),
-                           old_log_probs=lp, metrics=metrics)
+    adv, ret = estimator()(
+        token_level_rewards=tlr, response_mask=mask, index=uid, config=algo_config(), old_log_probs=lp, metrics=metrics
+    )
     # group a: mean 0.5, std (ddof 1) = sqrt((0.25 + 0.25) / 1) = sqrt(0.5)
     a0 = 0.5 / (math.sqrt(0.5) + 1e-6)  # = 0.70710578...
     # Eq. (5): s_bar = -2, eta_0 = exp(-3 + 2) = exp(-1) = 0.367879
@@ -120,12 +131,19 @@ def test_identical_to_xrpo_algo_on_ragged_batches(seed, pads):
 def test_knobs_reach_xrpo_algo(seed):
     batch = ragged_batch(100 + seed)
     # Dr. GRPO (no std scaling), other sharpening strengths, sharpening off
-    cfg = algo_config("algorithm.norm_adv_by_std_in_grpo=false", "algorithm.xrpo.lam_nov=1.0",
-                      "algorithm.xrpo.kappa_clip=0.25", "algorithm.xrpo.epsilon=0.01")
+    cfg = algo_config(
+        "algorithm.norm_adv_by_std_in_grpo=false",
+        "algorithm.xrpo.lam_nov=1.0",
+        "algorithm.xrpo.kappa_clip=0.25",
+        "algorithm.xrpo.epsilon=0.01",
+    )
     adv, _, _ = run(batch, cfg, norm_adv_by_std_in_grpo=False)
-    assert torch.equal(adv[:, 0].masked_fill(batch.batch["response_mask"][:, 0] == 0, 0),
-                       expected(batch, scale="none", lam_nov=1.0, kappa=0.25, eps=0.01).masked_fill(
-                           batch.batch["response_mask"][:, 0] == 0, 0))
+    assert torch.equal(
+        adv[:, 0].masked_fill(batch.batch["response_mask"][:, 0] == 0, 0),
+        expected(batch, scale="none", lam_nov=1.0, kappa=0.25, eps=0.01).masked_fill(
+            batch.batch["response_mask"][:, 0] == 0, 0
+        ),
+    )
     adv, _, m = run(batch, algo_config("algorithm.xrpo.sharpen=false"))
     assert torch.equal(adv, expected(batch, sharpen=False).unsqueeze(-1) * batch.batch["response_mask"])
     assert "adv/sharpened_count" not in m
@@ -139,7 +157,7 @@ def test_padding_rows_change_nothing():
     padded = DataProto.concat([batch, pads])
     a, _, _ = run(batch, algo_config())
     b, _, _ = run(padded, algo_config())
-    assert torch.equal(b[: len(batch)], a) and not b[len(batch):].any()
+    assert torch.equal(b[: len(batch)], a) and not b[len(batch) :].any()
 
 
 def test_stock_verl_compute_advantage_without_sharpening_is_ragged_grpo():
@@ -147,11 +165,13 @@ def test_stock_verl_compute_advantage_without_sharpening_is_ragged_grpo():
     batch = ragged_batch(3)
     cfg = algo_config("algorithm.xrpo.sharpen=false")
     out = compute_advantage(batch, adv_estimator="xrpo", config=cfg)
-    assert torch.equal(out.batch["advantages"], expected(batch, sharpen=False).unsqueeze(-1) *
-                       batch.batch["response_mask"])
+    assert torch.equal(
+        out.batch["advantages"], expected(batch, sharpen=False).unsqueeze(-1) * batch.batch["response_mask"]
+    )
     # and it agrees with verl's GRPO estimator (float32 arithmetic there, float64 in xrpo.algo)
-    grpo, _ = compute_grpo_outcome_advantage(batch.batch["token_level_rewards"], batch.batch["response_mask"],
-                                             batch.non_tensor_batch["uid"])
+    grpo, _ = compute_grpo_outcome_advantage(
+        batch.batch["token_level_rewards"], batch.batch["response_mask"], batch.non_tensor_batch["uid"]
+    )
     assert torch.allclose(out.batch["advantages"], grpo, atol=1e-5, rtol=1e-5)
 
 
@@ -163,14 +183,28 @@ def test_stock_verl_path_refuses_sharpening_without_log_probs():
 def test_bad_inputs_are_named():
     b = ragged_batch(5)
     with pytest.raises(ValueError, match="index has"):
-        estimator()(token_level_rewards=b.batch["token_level_rewards"], response_mask=b.batch["response_mask"],
-                    index=b.non_tensor_batch["uid"][:-1], config=algo_config(), old_log_probs=b.batch["old_log_probs"])
+        estimator()(
+            token_level_rewards=b.batch["token_level_rewards"],
+            response_mask=b.batch["response_mask"],
+            index=b.non_tensor_batch["uid"][:-1],
+            config=algo_config(),
+            old_log_probs=b.batch["old_log_probs"],
+        )
     with pytest.raises(ValueError, match="algorithm.xrpo is missing"):
-        estimator()(token_level_rewards=b.batch["token_level_rewards"], response_mask=b.batch["response_mask"],
-                    index=b.non_tensor_batch["uid"], config={"norm_adv_by_std_in_grpo": True})
+        estimator()(
+            token_level_rewards=b.batch["token_level_rewards"],
+            response_mask=b.batch["response_mask"],
+            index=b.non_tensor_batch["uid"],
+            config={"norm_adv_by_std_in_grpo": True},
+        )
     lp = b.batch["old_log_probs"].clone()
     lp[0, 0] = float("nan")
     if b.batch["response_mask"][0, 0]:
         with pytest.raises(ValueError, match="finite"):
-            estimator()(token_level_rewards=b.batch["token_level_rewards"], response_mask=b.batch["response_mask"],
-                        index=b.non_tensor_batch["uid"], config=algo_config(), old_log_probs=lp)
+            estimator()(
+                token_level_rewards=b.batch["token_level_rewards"],
+                response_mask=b.batch["response_mask"],
+                index=b.non_tensor_batch["uid"],
+                config=algo_config(),
+                old_log_probs=lp,
+            )

@@ -1,4 +1,5 @@
 """Config composition with verl's hydra machinery, and validation (verl's validate_config + XRPO's checks)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -19,10 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "verl"
 # micro-batch sizes verl's validate_config insists on when dynamic batch sizes are off
 CPU_VALID = (
-    "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "data.train_batch_size=16",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4", "trainer.n_gpus_per_node=8",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+    "trainer.n_gpus_per_node=8",
 )
 
 
@@ -79,24 +82,34 @@ def test_verl_and_xrpo_validation_pass_on_cpu():
     assert plan_phases(16, 128, x.n_base, x.plan_rounds) == (4, (32, 32))
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (("actor_rollout_ref.rollout.n=2",), "XRPO budget: 32 rollouts per step"),  # 16 x 2 < 16 x n_base (4)
-    (("trainer.use_v1=true",), "trainer.use_v1 must be false"),
-    (("algorithm.adv_estimator=grpo",), "needs 'xrpo'"),
-    # settings RayXRPOTrainer.fit would drop silently: refused, naming the key
-    (("algorithm.rollout_correction.bypass_mode=true",), "algorithm.rollout_correction.bypass_mode=true is not"),
-    (("algorithm.rollout_correction.bypass_mode=true", "algorithm.xrpo.icl_train_prompt=icl"),
-     "algorithm.rollout_correction.bypass_mode=true is not"),
-    (("algorithm.rollout_correction.bypass_mode=true", "algorithm.xrpo.icl=false"), "bypass_mode=true is not"),
-    (("algorithm.rollout_correction.rollout_is=token",), "algorithm.rollout_correction.rollout_is='token' is not"),
-    (("algorithm.rollout_correction.rollout_rs=seq_mean_k3", "algorithm.rollout_correction.rollout_rs_threshold=2.0"),
-     "algorithm.rollout_correction.rollout_rs='seq_mean_k3' is not"),
-    (("skip.rollout.enable=true",), "skip.rollout.enable=true (verl's rollout-skip replay) is not"),
-    (("skip.async_rollout.enable=true",), "skip.async_rollout.enable=true"),
-    (("trainer.critic_warmup=5",), "trainer.critic_warmup=5 needs a critic"),
-    (("algorithm.filter_groups.enable=true",), "filter_groups"),
-    (("reward.reward_model.enable=true",), "enable_resource_pool"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (("actor_rollout_ref.rollout.n=2",), "XRPO budget: 32 rollouts per step"),  # 16 x 2 < 16 x n_base (4)
+        (("trainer.use_v1=true",), "trainer.use_v1 must be false"),
+        (("algorithm.adv_estimator=grpo",), "needs 'xrpo'"),
+        # settings RayXRPOTrainer.fit would drop silently: refused, naming the key
+        (("algorithm.rollout_correction.bypass_mode=true",), "algorithm.rollout_correction.bypass_mode=true is not"),
+        (
+            ("algorithm.rollout_correction.bypass_mode=true", "algorithm.xrpo.icl_train_prompt=icl"),
+            "algorithm.rollout_correction.bypass_mode=true is not",
+        ),
+        (("algorithm.rollout_correction.bypass_mode=true", "algorithm.xrpo.icl=false"), "bypass_mode=true is not"),
+        (("algorithm.rollout_correction.rollout_is=token",), "algorithm.rollout_correction.rollout_is='token' is not"),
+        (
+            (
+                "algorithm.rollout_correction.rollout_rs=seq_mean_k3",
+                "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+            ),
+            "algorithm.rollout_correction.rollout_rs='seq_mean_k3' is not",
+        ),
+        (("skip.rollout.enable=true",), "skip.rollout.enable=true (verl's rollout-skip replay) is not"),
+        (("skip.async_rollout.enable=true",), "skip.async_rollout.enable=true"),
+        (("trainer.critic_warmup=5",), "trainer.critic_warmup=5 needs a critic"),
+        (("algorithm.filter_groups.enable=true",), "filter_groups"),
+        (("reward.reward_model.enable=true",), "enable_resource_pool"),
+    ],
+)
 def test_cross_section_checks(overrides, words):
     with pytest.raises(ValueError) as e:
         validate_xrpo_config(compose(*CPU_VALID, *overrides))
@@ -112,10 +125,13 @@ def test_rollouts_per_step_override_and_icl_prompt_choice_relax_checks():
     assert validate_xrpo_config(cfg).icl_train_prompt == "icl"
 
 
-@pytest.mark.parametrize("name, prompts, budget, rounds, prompt_len, response_len", [
-    ("xrpo_qwen3_1p7b", 16, 128, (32, 32), 8192, 16384),
-    ("xrpo_qwen2p5_7b_instruct", 8, 64, (16, 16), 4096, 8192),
-])
+@pytest.mark.parametrize(
+    "name, prompts, budget, rounds, prompt_len, response_len",
+    [
+        ("xrpo_qwen3_1p7b", 16, 128, (32, 32), 8192, 16384),
+        ("xrpo_qwen2p5_7b_instruct", 8, 64, (16, 16), 4096, 8192),
+    ],
+)
 def test_paper_recipes_compose_and_validate(name, prompts, budget, rounds, prompt_len, response_len):
     cfg = load_config(EXAMPLES / f"{name}.yaml")
     x = check_config(cfg)
@@ -162,8 +178,16 @@ def test_docs_and_recipes_use_no_tilde_paths():
 
 @pytest.mark.slow  # two `xrpo verl --check` processes, each importing verl
 def test_cli_check_validates_without_starting_anything():
-    cmd = [sys.executable, "-m", "xrpo.cli", "verl", "--config", str(EXAMPLES / "xrpo_qwen3_1p7b.yaml"), "--check",
-           "algorithm.xrpo.n_base=3"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "xrpo.cli",
+        "verl",
+        "--config",
+        str(EXAMPLES / "xrpo_qwen3_1p7b.yaml"),
+        "--check",
+        "algorithm.xrpo.n_base=3",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "n_base: 3" in out.stdout and "xrpo verl: config OK" in out.stdout

@@ -1,4 +1,5 @@
 """examples/verl/prepare_data.py: xrpo's loaders in, verl's parquet out, read back by verl's RLHFDataset."""
+
 from __future__ import annotations
 
 import json
@@ -25,16 +26,23 @@ def prepare(argv):
 
 
 def verl_rows(path, tokenizer):
-    cfg = OmegaConf.create({"max_prompt_length": 512, "filter_overlong_prompts": False, "prompt_key": "prompt",
-                            "cache_dir": str(Path(path).parent / "cache")})
+    cfg = OmegaConf.create(
+        {
+            "max_prompt_length": 512,
+            "filter_overlong_prompts": False,
+            "prompt_key": "prompt",
+            "cache_dir": str(Path(path).parent / "cache"),
+        }
+    )
     ds = create_rl_dataset(str(path), cfg, tokenizer, None, is_train=True)
     return [ds[i] for i in range(len(ds))]
 
 
 def test_files_with_sampling_and_the_answer_instruction(tmp_path, tiny_tokenizer):
     src = tmp_path / "train.jsonl"
-    src.write_text("\n".join(json.dumps({"id": f"q{i}", "question": f"What is {i}+1?", "answer": i + 1})
-                             for i in range(10)) + "\n")
+    src.write_text(
+        "\n".join(json.dumps({"id": f"q{i}", "question": f"What is {i}+1?", "answer": i + 1}) for i in range(10)) + "\n"
+    )
     val = tmp_path / "val.jsonl"
     val.write_text(json.dumps({"id": "v0", "question": "What is 9+9?", "answer": "18"}) + "\n")
     mod = prepare(["--train", str(src), "--val", str(val), "--train-limit", "4", "--out", str(tmp_path / "out")])
@@ -58,9 +66,16 @@ def test_builtin_task_offline(tmp_path, tiny_tokenizer):
 def test_gpu_smoke_test_config_is_valid(tmp_path):
     # the overrides examples/verl/smoke_test.sh passes, composed and checked by verl's and xrpo's validation
     out = subprocess.run(
-        ["bash", "-c", f'OUT={tmp_path}; source <(sed -n "/^ARGS=(/,/^)/p" {EXAMPLES / "smoke_test.sh"}); '
-                       'printf "%s\\n" "${ARGS[@]}"'],
-        capture_output=True, text=True, check=True)
+        [
+            "bash",
+            "-c",
+            f'OUT={tmp_path}; source <(sed -n "/^ARGS=(/,/^)/p" {EXAMPLES / "smoke_test.sh"}); '
+            'printf "%s\\n" "${ARGS[@]}"',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     overrides = out.stdout.split()
     assert "trainer.total_training_steps=2" in overrides and len(overrides) > 20
     cfg = load_config(overrides=overrides)
@@ -74,7 +89,8 @@ def test_smoke_model_loads_where_verl_loads_it(tmp_path, tiny_tokenizer):
     model = example("make_tiny_model").build_tiny_llama(tiny_tokenizer)
     model.save_pretrained(tmp_path)
     tiny_tokenizer.save_pretrained(tmp_path)
-    mc = omega_conf_to_dataclass(load_config(overrides=[f"actor_rollout_ref.model.path={tmp_path}"])
-                                 .actor_rollout_ref.model)
+    mc = omega_conf_to_dataclass(
+        load_config(overrides=[f"actor_rollout_ref.model.path={tmp_path}"]).actor_rollout_ref.model
+    )
     assert mc.hf_config.model_type == "llama" and mc.hf_config.hidden_size // mc.hf_config.num_attention_heads == 64
     assert mc.tokenizer.eos_token_id == tiny_tokenizer.eos_token_id

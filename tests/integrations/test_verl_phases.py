@@ -1,4 +1,5 @@
 """The driver-side pieces of Algorithm 1 on DataProto batches (xrpo.integrations.verl.phases)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,15 @@ def rollout_batch(groups: dict[str, list[float]], T: int = 4) -> DataProto:
     mask[:, :2] = 1
     rm = torch.zeros(n, T)
     rm[:, 1] = rewards
-    td = TensorDict({"response_mask": mask, "rm_scores": rm, "prompts": torch.arange(n).unsqueeze(-1).repeat(1, 3),
-                     "attention_mask": torch.ones(n, 7, dtype=torch.int64)}, batch_size=n)
+    td = TensorDict(
+        {
+            "response_mask": mask,
+            "rm_scores": rm,
+            "prompts": torch.arange(n).unsqueeze(-1).repeat(1, 3),
+            "attention_mask": torch.ones(n, 7, dtype=torch.int64),
+        },
+        batch_size=n,
+    )
     return DataProto(batch=td, non_tensor_batch={"uid": obj(uids), SEEDED_KEY: np.zeros(n, dtype=bool)})
 
 
@@ -64,8 +72,12 @@ def sizes(batch: DataProto) -> dict:
 def test_pad_appends_rows_that_train_nothing():
     b = rollout_batch({"a": [1, 0, 1], "b": [0, 1], "c": [1, 1, 1, 1]})  # 9 rows
     out, info = align_batch(b, 4, "pad")
-    assert len(out) == 12 and info == {"batch/pad_rows": 3.0, "batch/pad_frac": 0.25, "batch/trimmed_rows": 0.0,
-                                       "batch/trimmed_groups": 0.0}
+    assert len(out) == 12 and info == {
+        "batch/pad_rows": 3.0,
+        "batch/pad_frac": 0.25,
+        "batch/trimmed_rows": 0.0,
+        "batch/trimmed_groups": 0.0,
+    }
     pad = out.non_tensor_batch[PAD_KEY]
     assert pad.tolist() == [False] * 9 + [True] * 3
     assert not out.batch["response_mask"][pad].any() and not out.batch["rm_scores"][pad].any()
@@ -88,8 +100,12 @@ def test_trim_drops_whole_zero_variance_groups_first():
     b = rollout_batch({"m": [1, 0], "z3": [0, 0, 0], "z4": [1, 1, 1, 1]})
     out, info = align_batch(b, 4, "trim")
     assert len(out) == 8
-    assert info == {"batch/pad_rows": 2.0, "batch/pad_frac": 0.25, "batch/trimmed_rows": 3.0,
-                    "batch/trimmed_groups": 1.0}
+    assert info == {
+        "batch/pad_rows": 2.0,
+        "batch/pad_frac": 0.25,
+        "batch/trimmed_rows": 3.0,
+        "batch/trimmed_groups": 1.0,
+    }
     real = {u: c for u, c in sizes(out).items() if not u.startswith("xrpo-pad")}
     assert real == {"m": 2, "z4": 4}  # no group lost a single rollout: kept whole or dropped whole
 
@@ -111,8 +127,7 @@ def test_align_rejects_bad_arguments():
         align_batch(b, 0)
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                                  "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
 def test_padding_rows_in_verls_loss_aggregation(mode):
     # verl's agg_loss as its actor calls it: global_batch_size = ppo_mini_batch_size * rollout.n (here the 16 rows
     # of the padded mini-batch), batch_num_tokens = the mini-batch's masked-in tokens. 14 real rows + 2 padding.
@@ -126,8 +141,9 @@ def test_padding_rows_in_verls_loss_aggregation(mode):
     real = ~out.non_tensor_batch[PAD_KEY]
     padded = agg_loss(loss_mat, mask, mode, global_batch_size=len(out), batch_num_tokens=mask.sum())
     # the same loss over the real rows alone: what the step would get without padding
-    alone = agg_loss(loss_mat[real], mask[real], mode, global_batch_size=int(real.sum()),
-                     batch_num_tokens=mask[real].sum())
+    alone = agg_loss(
+        loss_mat[real], mask[real], mode, global_batch_size=int(real.sum()), batch_num_tokens=mask[real].sum()
+    )
     if mode == "token-mean":
         torch.testing.assert_close(padded, alone)  # padding rows add no token: neutral
     else:
@@ -172,8 +188,10 @@ def test_rewards_by_prompt_groups_rows_by_uid():
 
 def gen_batch(n=3):
     raws = [[{"role": "user", "content": f"Q{i}"}] for i in range(n)]
-    return DataProto.from_dict(tensors={"dummy_tensor": torch.zeros(n, 1, dtype=torch.uint8)},
-                               non_tensors={"raw_prompt": obj(raws), "uid": obj([f"u{i}" for i in range(n)])})
+    return DataProto.from_dict(
+        tensors={"dummy_tensor": torch.zeros(n, 1, dtype=torch.uint8)},
+        non_tensors={"raw_prompt": obj(raws), "uid": obj([f"u{i}" for i in range(n)])},
+    )
 
 
 def test_round_gen_batch_repeats_prompts_and_routes_icl_rows():
@@ -193,8 +211,11 @@ def test_round_gen_batch_repeats_prompts_and_routes_icl_rows():
 def fake_output(prompt_rows: DataProto, with_rm=True):
     """The tensor layout verl's agent loop returns for these rows (only the shape matters here)."""
     n = len(prompt_rows)
-    td = {"prompts": torch.ones(n, 3, dtype=torch.int64), "responses": torch.ones(n, 2, dtype=torch.int64),
-          "response_mask": torch.ones(n, 2, dtype=torch.int64)}
+    td = {
+        "prompts": torch.ones(n, 3, dtype=torch.int64),
+        "responses": torch.ones(n, 2, dtype=torch.int64),
+        "response_mask": torch.ones(n, 2, dtype=torch.int64),
+    }
     if with_rm:
         td["rm_scores"] = torch.zeros(n, 2)
     nt = {"agent_name": obj(["x"] * n), "priority": np.arange(n), "score": np.zeros(n)}
@@ -202,7 +223,9 @@ def fake_output(prompt_rows: DataProto, with_rm=True):
 
 
 def test_finish_and_merge_rounds_keep_groups_and_drop_routing_fields():
-    prompts = DataProto.from_dict(tensors={"dummy_tensor": torch.zeros(3, 1)}, non_tensors={"uid": obj(["u0", "u1", "u2"])})
+    prompts = DataProto.from_dict(
+        tensors={"dummy_tensor": torch.zeros(3, 1)}, non_tensors={"uid": obj(["u0", "u1", "u2"])}
+    )
     parts = []
     for rnd, counts, seeded in [(0, [2, 2, 2], set()), (1, [0, 3, 1], {2})]:
         gen, _ = round_gen_batch(gen_batch(), counts, {}, "original", "a")
@@ -236,8 +259,12 @@ def test_check_icl_prompts_catches_a_prompt_rendered_differently():
 
 
 def test_problem_text_and_id():
-    raw = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "first"},
-           {"role": "assistant", "content": "ok"}, {"role": "user", "content": "What is 2+2?"}]
+    raw = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "What is 2+2?"},
+    ]
     assert problem_text(raw) == "What is 2+2?"
     assert problem_id({"index": 17}, raw) == "17" and problem_id({}, raw) == "What is 2+2?"
     with pytest.raises(ValueError, match="no user message"):
@@ -246,8 +273,10 @@ def test_problem_text_and_id():
 
 def test_icl_messages_fit_the_prompt_length(tiny_tokenizer):
     raw = [{"role": "system", "content": "Answer in a box."}, {"role": "user", "content": "Q: 3 + 4\nA:"}]
-    examples = [Example("s1", "Q: 1 + 2", "The sum is \\boxed{3}. " * 20, 0.9),
-                Example("s2", "Q: 2 + 2", "\\boxed{4}", 0.8)]
+    examples = [
+        Example("s1", "Q: 1 + 2", "The sum is \\boxed{3}. " * 20, 0.9),
+        Example("s2", "Q: 2 + 2", "\\boxed{4}", 0.8),
+    ]
     msgs, cut = icl_messages(raw, examples, tiny_tokenizer, 2000)
     assert msgs[0] == raw[0] and "<new_problem>Q: 3 + 4\nA:</new_problem>" in msgs[1]["content"] and cut == 0
     assert "<problem>Q: 1 + 2</problem>" in msgs[1]["content"]

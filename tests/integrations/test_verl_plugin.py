@@ -1,4 +1,5 @@
 """Registration through verl's ``verl.plugins`` entry point, in fresh processes; xrpo's core stays free of verl."""
+
 from __future__ import annotations
 
 import json

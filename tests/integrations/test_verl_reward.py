@@ -1,4 +1,5 @@
 """xrpo's verifiers as verl's reward function (xrpo.integrations.verl.reward), loaded the way verl loads it."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,12 @@ def verl_loaded(*overrides):
 
 def test_math_verifier_through_verls_loader():
     fn = verl_loaded()
-    right = fn(data_source="dapo", solution_str="... so the answer is \\boxed{\\frac{1}{2}}", ground_truth="0.5",
-               extra_info={"index": "p1"})
+    right = fn(
+        data_source="dapo",
+        solution_str="... so the answer is \\boxed{\\frac{1}{2}}",
+        ground_truth="0.5",
+        extra_info={"index": "p1"},
+    )
     assert right == {"score": 1.0, "acc": 1.0, "pred": "\\frac{1}{2}"}
     wrong = fn(data_source="dapo", solution_str="\\boxed{3}", ground_truth="4", extra_info={})
     assert wrong == {"score": 0.0, "acc": 0.0, "pred": "3"}

@@ -5,6 +5,7 @@ xrpo's writer), without worker groups; its rollout manager is verl's AgentLoopWo
 Llama answering in place of the vLLM server (tests/integrations/conftest.py). What needs GPUs and is not run here:
 verl's actor/reference workers (FSDP/Megatron), the vLLM/SGLang servers, Ray, and therefore `fit` itself.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -36,25 +37,43 @@ def _build(tmp_path, llama, *overrides, seed=0):
     from .conftest import EVEN_VERIFIER, InProcessHandle, InProcessRolloutManager, TinyServer
 
     path, model = llama
-    probs = [Problem(id=f"p{i}", prompt=f"Q: {i} + {i + 3}\nA:", answer=str(2 * i + 3), data_source="arith")
-             for i in range(8)]
+    probs = [
+        Problem(id=f"p{i}", prompt=f"Q: {i} + {i + 3}\nA:", answer=str(2 * i + 3), data_source="arith")
+        for i in range(8)
+    ]
     save_problems_verl_parquet(probs, tmp_path / "train.parquet")
     save_problems_verl_parquet(probs[:4], tmp_path / "val.parquet")
-    cfg = load_config(overrides=[
-        f"actor_rollout_ref.model.path={path}", f"data.train_files={tmp_path / 'train.parquet'}",
-        f"data.val_files={tmp_path / 'val.parquet'}", f"data.train_batch_size={PROMPTS}",
-        "actor_rollout_ref.rollout.n=4", "algorithm.xrpo.n_base=2", "data.max_prompt_length=384",
-        "data.max_response_length=10", "actor_rollout_ref.rollout.agent.num_workers=3",
-        "algorithm.xrpo.embedder=hash", f"reward.custom_reward_function.reward_kwargs.verifier={EVEN_VERIFIER}",
-        "data.dataloader_num_workers=0", "data.shuffle=false", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
-        "trainer.device=cpu", *overrides,
-    ])
+    cfg = load_config(
+        overrides=[
+            f"actor_rollout_ref.model.path={path}",
+            f"data.train_files={tmp_path / 'train.parquet'}",
+            f"data.val_files={tmp_path / 'val.parquet'}",
+            f"data.train_batch_size={PROMPTS}",
+            "actor_rollout_ref.rollout.n=4",
+            "algorithm.xrpo.n_base=2",
+            "data.max_prompt_length=384",
+            "data.max_response_length=10",
+            "actor_rollout_ref.rollout.agent.num_workers=3",
+            "algorithm.xrpo.embedder=hash",
+            f"reward.custom_reward_function.reward_kwargs.verifier={EVEN_VERIFIER}",
+            "data.dataloader_num_workers=0",
+            "data.shuffle=false",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+            "trainer.device=cpu",
+            *overrides,
+        ]
+    )
     mc = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
     train = create_rl_dataset(cfg.data.train_files, cfg.data, mc.tokenizer, None, is_train=True)
     val = create_rl_dataset(cfg.data.val_files, cfg.data, mc.tokenizer, None, is_train=False)
     trainer = RayXRPOTrainer(
-        config=cfg, tokenizer=mc.tokenizer, role_worker_mapping={Role.ActorRollout: object},
-        resource_pool_manager=None, train_dataset=train, val_dataset=val, collate_fn=collate_fn,
+        config=cfg,
+        tokenizer=mc.tokenizer,
+        role_worker_mapping={Role.ActorRollout: object},
+        resource_pool_manager=None,
+        train_dataset=train,
+        val_dataset=val,
+        collate_fn=collate_fn,
         train_sampler=create_rl_sampler(cfg.data, train),
     )
     server = TinyServer(model, mc.tokenizer, int(cfg.actor_rollout_ref.rollout.response_length), seed=seed)
@@ -110,7 +129,9 @@ def test_phases_through_verls_agent_loop(tmp_path, tiny_llama_dir):
     assert [p.id for p in problems] == [f"p{i}" for i in range(PROMPTS)]
     solved = {problems[q].id for q in range(PROMPTS) if rewards[row_uid == uids[q]].max() >= 1}
     assert update_corpus(result, problems, trainer.corpus, trainer.xrpo_plan, 1) == {
-        "icl/corpus_added": float((rewards >= 1).sum()), "icl/skipped_empty_solutions": 0.0}
+        "icl/corpus_added": float((rewards >= 1).sum()),
+        "icl/skipped_empty_solutions": 0.0,
+    }
     assert set(trainer.corpus.problem_ids()) == solved
 
 
@@ -118,10 +139,19 @@ def test_phases_through_verls_agent_loop(tmp_path, tiny_llama_dir):
 def test_icl_rows_generate_from_the_icl_prompt_and_store_the_configured_one(tmp_path, tiny_llama_dir, train_prompt):
     # math verifier: the random model never answers, so every prompt stays unsolved and is ICL-seeded
     # the paper's template with two examples is ~480 tokens of the tiny tokenizer: room for it
-    trainer, server = _build(tmp_path, tiny_llama_dir, "reward.custom_reward_function.reward_kwargs.verifier=math",
-                             f"algorithm.xrpo.icl_train_prompt={train_prompt}", "data.max_prompt_length=900")
-    trainer.corpus.add_many([f"s{i}" for i in range(6)], [f"Q: {i} + {i + 1}" for i in range(6)],
-                            [f"\\boxed{{{2 * i + 1}}}" for i in range(6)], [0] * 6)
+    trainer, server = _build(
+        tmp_path,
+        tiny_llama_dir,
+        "reward.custom_reward_function.reward_kwargs.verifier=math",
+        f"algorithm.xrpo.icl_train_prompt={train_prompt}",
+        "data.max_prompt_length=900",
+    )
+    trainer.corpus.add_many(
+        [f"s{i}" for i in range(6)],
+        [f"Q: {i} + {i + 1}" for i in range(6)],
+        [f"\\boxed{{{2 * i + 1}}}" for i in range(6)],
+        [0] * 6,
+    )
     batch, gen, uids = _step_inputs(trainer)
     merged, rounds = trainer._xrpo_rollouts(batch, gen, {})
     seeded = merged.non_tensor_batch[SEEDED_KEY]
@@ -132,8 +162,10 @@ def test_icl_rows_generate_from_the_icl_prompt_and_store_the_configured_one(tmp_
     assert rounds[1]["seeded"] == [q for q in range(PROMPTS) if rounds[1]["alloc"][q] > 0]
     # the seeded requests went through the xrpo_icl agent loop with the paper's template
     icl_calls = [trainer.tokenizer.decode(c) for c in server.calls if "<examples>" in trainer.tokenizer.decode(c)]
-    routed = sum(int((b.non_tensor_batch.get("agent_name", np.array([])) == "xrpo_icl").sum())
-                 for b in trainer.async_rollout_manager.batches)
+    routed = sum(
+        int((b.non_tensor_batch.get("agent_name", np.array([])) == "xrpo_icl").sum())
+        for b in trainer.async_rollout_manager.batches
+    )
     # (the batches sent include the copies that pad a round to the 3 agent-loop workers; their outputs are dropped)
     assert len(icl_calls) == routed >= int(seeded.sum()) and all("<new_problem>" in c for c in icl_calls)
     prompts = merged.batch["prompts"]
@@ -188,17 +220,28 @@ def test_ragged_step_is_padded_to_the_minibatch_and_advantages_use_old_log_probs
         assert (not adv[rows].any()) if flat else adv[rows].abs().sum() > 0
 
 
-@pytest.mark.parametrize("agg, loss_mode, scaled", [
-    ("token-mean", "vanilla", False), ("token-sum", "vanilla", False), ("seq-mean-token-mean", "vanilla", True),
-    ("seq-mean-token-sum", "gspo", True), ("seq-mean-token-sum-norm", "vanilla", True), ("token-mean", "sapo", True),
-])
+@pytest.mark.parametrize(
+    "agg, loss_mode, scaled",
+    [
+        ("token-mean", "vanilla", False),
+        ("token-sum", "vanilla", False),
+        ("seq-mean-token-mean", "vanilla", True),
+        ("seq-mean-token-sum", "gspo", True),
+        ("seq-mean-token-sum-norm", "vanilla", True),
+        ("token-mean", "sapo", True),
+    ],
+)
 def test_padding_warning_names_the_loss_modes_that_padding_scales(tmp_path, tiny_llama_dir, agg, loss_mode, scaled):
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer, _ = _build(tmp_path, tiny_llama_dir, f"actor_rollout_ref.actor.loss_agg_mode={agg}",
-                            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}")
+        trainer, _ = _build(
+            tmp_path,
+            tiny_llama_dir,
+            f"actor_rollout_ref.actor.loss_agg_mode={agg}",
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+        )
     mine = [str(w.message) for w in caught if "padding rows included" in str(w.message)]
     assert pads_scale_the_loss(trainer.config.actor_rollout_ref.actor) is scaled
     assert len(mine) == int(scaled) and all(f"loss_agg_mode={agg}" in m for m in mine)

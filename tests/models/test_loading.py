@@ -1,5 +1,6 @@
 """xrpo.models.loading: model names resolved to directories ("default", package:NAME, local, hub id, GGUF) and models
 loaded from them, with plain arguments."""
+
 from __future__ import annotations
 
 import pytest

@@ -18,6 +18,7 @@ The run fails (exit 1) unless every mutant is killed, and refuses to start (exit
 longer occurs exactly once in its file. The parent imports the third-party libraries once (torch, transformers ...)
 and each child starts from that state (fork), so a mutant costs its tests' run time, not a fresh interpreter's imports.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,10 @@ def mutated_source(m: Mutant) -> str:
     text = path.read_text()
     n = text.count(m.original)
     if n != 1:
-        raise StaleMutant(f"mutant {m.name}: its original text occurs {n} times in {m.path} (expected exactly once); "
-                          f"the code changed: update the mutant in tests/mutants/mutants.py\n  original: {m.original!r}")
+        raise StaleMutant(
+            f"mutant {m.name}: its original text occurs {n} times in {m.path} (expected exactly once); "
+            f"the code changed: update the mutant in tests/mutants/mutants.py\n  original: {m.original!r}"
+        )
     return text.replace(m.original, m.mutated)
 
 
@@ -71,8 +74,16 @@ def _preload() -> None:
     import torch
 
     torch.set_num_threads(1)
-    for name in ("xrpo.trainer.loop", "xrpo.models.tiny", "xrpo.rollout.hf_engine", "xrpo.icl", "xrpo.rewards",
-                 "xrpo.rollout.treepo", "xrpo.eval.evaluate", "transformers.models.qwen2.modeling_qwen2"):
+    for name in (
+        "xrpo.trainer.loop",
+        "xrpo.models.tiny",
+        "xrpo.rollout.hf_engine",
+        "xrpo.icl",
+        "xrpo.rewards",
+        "xrpo.rollout.treepo",
+        "xrpo.eval.evaluate",
+        "transformers.models.qwen2.modeling_qwen2",
+    ):
         importlib.import_module(name)
     for name in [n for n in sys.modules if n == "xrpo" or n.startswith("xrpo.")]:
         del sys.modules[name]
@@ -89,10 +100,15 @@ class _Recorder:
 
         if self.first is not None:
             return
-        assertion = excinfo is not None and (excinfo.errisinstance(AssertionError)
-                                             or excinfo.errisinstance(pytest.fail.Exception))
-        self.first = {"test": nodeid, "when": when, "assertion": bool(assertion),
-                      "error": (excinfo.exconly().splitlines() or [""])[0][:300] if excinfo is not None else ""}
+        assertion = excinfo is not None and (
+            excinfo.errisinstance(AssertionError) or excinfo.errisinstance(pytest.fail.Exception)
+        )
+        self.first = {
+            "test": nodeid,
+            "when": when,
+            "assertion": bool(assertion),
+            "error": (excinfo.exconly().splitlines() or [""])[0][:300] if excinfo is not None else "",
+        }
 
     def pytest_runtest_makereport(self, item, call):
         import pytest
@@ -102,8 +118,12 @@ class _Recorder:
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.first = self.first or {"test": report.nodeid, "when": "collect", "assertion": False,
-                                        "error": str(report.longrepr).strip().splitlines()[-1][:300]}
+            self.first = self.first or {
+                "test": report.nodeid,
+                "when": "collect",
+                "assertion": False,
+                "error": str(report.longrepr).strip().splitlines()[-1][:300],
+            }
 
 
 def _child(m: Mutant, source: str, out: str) -> None:
@@ -130,8 +150,9 @@ def _child(m: Mutant, source: str, out: str) -> None:
     code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-W", "ignore", *m.tests], plugins=[rec])
     mutated = sys.modules.get(m.path[:-3].replace("/", "."))
     applied = mutated is not None and os.path.abspath(getattr(mutated, "__file__", "")) == target
-    Path(out).write_text(json.dumps({"code": int(code), "first": rec.first, "seconds": time.perf_counter() - t0,
-                                     "applied": applied}))
+    Path(out).write_text(
+        json.dumps({"code": int(code), "first": rec.first, "seconds": time.perf_counter() - t0, "applied": applied})
+    )
 
 
 def _outcome(res: dict | None) -> str:
@@ -177,12 +198,19 @@ def run(mutants: list[Mutant], jobs: int, timeout: float, log=print) -> list[dic
             m, out, t0 = running.pop(pid)
             res = json.loads(Path(out).read_text()) if os.path.exists(out) else None
             outcome = _outcome(res) if time.perf_counter() - t0 <= timeout else "timeout"
-            row = {"mutant": m.name, "path": m.path, "outcome": outcome, "seconds": time.perf_counter() - t0,
-                   "test": (res or {}).get("first", None) and res["first"]["test"],
-                   "error": (res or {}).get("first", None) and res["first"]["error"]}
+            row = {
+                "mutant": m.name,
+                "path": m.path,
+                "outcome": outcome,
+                "seconds": time.perf_counter() - t0,
+                "test": (res or {}).get("first", None) and res["first"]["test"],
+                "error": (res or {}).get("first", None) and res["first"]["error"],
+            }
             results.append(row)
-            log(f"{outcome:9s} {row['seconds']:6.1f}s  {m.name:42s} {row['test'] or ''}"
-                + ("" if outcome == "killed" else f"\n          {row['error'] or m.why}"))
+            log(
+                f"{outcome:9s} {row['seconds']:6.1f}s  {m.name:42s} {row['test'] or ''}"
+                + ("" if outcome == "killed" else f"\n          {row['error'] or m.why}")
+            )
     order = {m.name: i for i, m in enumerate(mutants)}
     return sorted(results, key=lambda r: order[r["mutant"]])
 
@@ -213,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     killed = sum(r["outcome"] == "killed" for r in results)
-    print(f"\nkill rate: {killed}/{len(results)} mutants killed by a failing assertion "
-          f"({time.perf_counter() - t0:.0f}s, {args.jobs} at a time)")
+    print(
+        f"\nkill rate: {killed}/{len(results)} mutants killed by a failing assertion "
+        f"({time.perf_counter() - t0:.0f}s, {args.jobs} at a time)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0 if killed == len(results) else 1

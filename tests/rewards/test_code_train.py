@@ -22,8 +22,17 @@ from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer.config import build_config
 from xrpo.trainer.loop import train
 
-REASONS = {"no_code", "syntax_error", "wrong_answer", "runtime_error", "timeout", "memory", "output_limit",
-           "sample_timeout", None}
+REASONS = {
+    "no_code",
+    "syntax_error",
+    "wrong_answer",
+    "runtime_error",
+    "timeout",
+    "memory",
+    "output_limit",
+    "sample_timeout",
+    None,
+}
 
 
 def code_rows(n: int, prefix: str) -> list[dict]:
@@ -31,12 +40,18 @@ def code_rows(n: int, prefix: str) -> list[dict]:
     for i in range(n):
         if i % 2:  # LiveCodeBench-style stdin tests, JSON-encoded in a string column
             tests = [{"input": f"{i} {k}\n", "output": f"{i + k}\n", "testtype": "stdin"} for k in range(3)]
-            rows.append({"id": f"{prefix}{i}", "question": f"Read a and b, print a+b. ({i})",
-                         "tests": json.dumps(tests)})
+            rows.append(
+                {"id": f"{prefix}{i}", "question": f"Read a and b, print a+b. ({i})", "tests": json.dumps(tests)}
+            )
         else:  # functional tests with the function name next to them
             tests = [{"input": f"{k}", "output": f"{k * i}", "testtype": "functional"} for k in range(3)]
-            rows.append({"id": f"{prefix}{i}", "question": f"Write times(k) returning k*{i}.",
-                         "tests": json.dumps({"tests": tests, "fn_name": "times"})})
+            rows.append(
+                {
+                    "id": f"{prefix}{i}",
+                    "question": f"Write times(k) returning k*{i}.",
+                    "tests": json.dumps({"tests": tests, "fn_name": "times"}),
+                }
+            )
     return rows
 
 
@@ -56,30 +71,58 @@ def code_env(tmp_path_factory):
 
 def code_train_config(env, out, *overrides):
     """Two XRPO steps on `env`'s code dataset (train.jsonl / heldout.jsonl with a tests column), code verifier."""
-    return build_config(None, [
-        f"output={out}", "steps=2", "method.name=xrpo", f"model.path={env / 'model'}",
-        f"data.train={env / 'train.jsonl'}", f"data.heldout={env / 'heldout.jsonl'}",
-        "data.answer_key=tests", "data.verifier=code",
-        "data.verifier_args={timeout: 2, sample_timeout: 10, memory_mb: 256, workers: 2}",
-        "rollout.prompts_per_step=4", "rollout.embedder=hash", "eval_every=0", "save_every=0",
-        "log_samples_every=1", "progress=false", "tensorboard=false", "data.prompt_template=Q: {prompt}\nA:",
-        "data.max_prompt_tokens=128", *overrides,
-    ])
+    return build_config(
+        None,
+        [
+            f"output={out}",
+            "steps=2",
+            "method.name=xrpo",
+            f"model.path={env / 'model'}",
+            f"data.train={env / 'train.jsonl'}",
+            f"data.heldout={env / 'heldout.jsonl'}",
+            "data.answer_key=tests",
+            "data.verifier=code",
+            "data.verifier_args={timeout: 2, sample_timeout: 10, memory_mb: 256, workers: 2}",
+            "rollout.prompts_per_step=4",
+            "rollout.embedder=hash",
+            "eval_every=0",
+            "save_every=0",
+            "log_samples_every=1",
+            "progress=false",
+            "tensorboard=false",
+            "data.prompt_template=Q: {prompt}\nA:",
+            "data.max_prompt_tokens=128",
+            *overrides,
+        ],
+    )
 
 
 def test_code_dataset_loads_with_answer_key(code_env):
     problems = load_problems(code_env / "train.jsonl", answer_key="tests")
     verifier = get_verifier("code", workers=2, timeout=2, memory_mb=256)
-    good = ["```python\na, b = map(int, input().split())\nprint(a + b)\n```" if i % 2 else
-            f"```python\ndef times(k):\n    return k * {i}\n```" for i in range(len(problems))]
+    good = [
+        "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+        if i % 2
+        else f"```python\ndef times(k):\n    return k * {i}\n```"
+        for i in range(len(problems))
+    ]
     results = verifier.verify_batch(good, [p.answer for p in problems])
     assert [r.score for r in results] == [1.0] * len(problems)
 
 
 def test_train_two_steps_on_code(code_env, tmp_path):
     out = tmp_path / "run"
-    cfg = code_train_config(code_env, out, "rollout.rollouts_per_step=16", "method.n_base=2", "rollout.max_new_tokens=8",
-                            "eval_samples=2", "eval_k=[1,2]", "optim.lr=1e-2", "optim.micro_batch_tokens=64")
+    cfg = code_train_config(
+        code_env,
+        out,
+        "rollout.rollouts_per_step=16",
+        "method.n_base=2",
+        "rollout.max_new_tokens=8",
+        "eval_samples=2",
+        "eval_k=[1,2]",
+        "optim.lr=1e-2",
+        "optim.micro_batch_tokens=64",
+    )
     summary = train(cfg, log=lambda *_: None)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2
@@ -99,8 +142,9 @@ def test_sample_and_score_with_the_hf_engine(code_env):
     engine = HFEngine(model, tok)
     renderer = PromptRenderer(tok, use_chat_template=False, prompt_template="Q: {prompt}\nA:")
     verifier = get_verifier("code", workers=2, timeout=2, memory_mb=256)
-    metrics, per = sample_and_score(problems, engine, verifier, renderer, n=3, ks=(1, 3),
-                                    sampling=SamplingParams(max_new_tokens=12, seed=0))
+    metrics, per = sample_and_score(
+        problems, engine, verifier, renderer, n=3, ks=(1, 3), sampling=SamplingParams(max_new_tokens=12, seed=0)
+    )
     assert set(metrics) >= {"eval/pass@1", "eval/pass@3", "eval/cons@3"}
     assert 0.0 <= metrics["eval/pass@1"] <= metrics["eval/pass@3"] <= 1.0
     assert [d["n"] for d in per] == [3] * len(problems)
@@ -119,10 +163,28 @@ def test_xrpo_eval_on_a_code_dataset(code_env, tmp_path):
     from xrpo.cli import main
 
     out = tmp_path / "eval"
-    rc = main(["eval", str(code_env / "model"), f"{code_env / 'heldout.jsonl'}:name=code,answer=tests",
-               "--verifier", "code", "--verifier-args", "{timeout: 2, sample_timeout: 10, memory_mb: 256, workers: 2}",
-               "--n", "2", "--k", "1", "2", "--max-new-tokens", "8", "--prompt-template", "Q: {prompt}\nA:",
-               "--output", str(out)])
+    rc = main(
+        [
+            "eval",
+            str(code_env / "model"),
+            f"{code_env / 'heldout.jsonl'}:name=code,answer=tests",
+            "--verifier",
+            "code",
+            "--verifier-args",
+            "{timeout: 2, sample_timeout: 10, memory_mb: 256, workers: 2}",
+            "--n",
+            "2",
+            "--k",
+            "1",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--prompt-template",
+            "Q: {prompt}\nA:",
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     settings = json.loads((out / "settings.json").read_text())
@@ -140,8 +202,21 @@ def test_xrpo_eval_on_a_code_dataset(code_env, tmp_path):
 def test_xrpo_eval_rejects_bad_verifier_args(code_env, tmp_path, capsys):
     from xrpo.cli import main
 
-    rc = main(["eval", str(code_env / "model"), f"{code_env / 'heldout.jsonl'}:answer=tests", "--verifier", "code",
-               "--verifier-args", "[1, 2]", "--n", "1", "--output", str(tmp_path / "e")])
+    rc = main(
+        [
+            "eval",
+            str(code_env / "model"),
+            f"{code_env / 'heldout.jsonl'}:answer=tests",
+            "--verifier",
+            "code",
+            "--verifier-args",
+            "[1, 2]",
+            "--n",
+            "1",
+            "--output",
+            str(tmp_path / "e"),
+        ]
+    )
     assert rc == 2 and "--verifier-args must be a YAML mapping" in capsys.readouterr().err
 
 
@@ -152,13 +227,27 @@ def test_train_refuses_a_malformed_reference_before_the_first_step(code_env, tmp
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "run"
-    cfg = build_config(None, [
-        f"output={out}", "steps=2", "method.name=grpo", f"model.path={code_env / 'model'}", f"data.train={bad}",
-        f"data.heldout={code_env / 'heldout.jsonl'}", "data.answer_key=tests", "data.verifier=code",
-        "rollout.prompts_per_step=2", "rollout.rollouts_per_step=8", "rollout.max_new_tokens=8",
-        "eval_every=0", "progress=false", "tensorboard=false", "data.prompt_template=Q: {prompt}\nA:",
-        "data.max_prompt_tokens=128",
-    ])
+    cfg = build_config(
+        None,
+        [
+            f"output={out}",
+            "steps=2",
+            "method.name=grpo",
+            f"model.path={code_env / 'model'}",
+            f"data.train={bad}",
+            f"data.heldout={code_env / 'heldout.jsonl'}",
+            "data.answer_key=tests",
+            "data.verifier=code",
+            "rollout.prompts_per_step=2",
+            "rollout.rollouts_per_step=8",
+            "rollout.max_new_tokens=8",
+            "eval_every=0",
+            "progress=false",
+            "tensorboard=false",
+            "data.prompt_template=Q: {prompt}\nA:",
+            "data.max_prompt_tokens=128",
+        ],
+    )
     with pytest.raises(ValueError) as e:
         train(cfg, log=lambda *_: None)
     msg = str(e.value)
@@ -171,12 +260,23 @@ def test_xrpo_eval_refuses_a_malformed_reference_before_loading_the_model(code_e
     from xrpo.cli import main
 
     rows = code_rows(4, "h")
-    rows[2]["tests"] = "[{\"input\": \"1\"}]"  # a test case without its expected output
+    rows[2]["tests"] = '[{"input": "1"}]'  # a test case without its expected output
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "e"
-    rc = main(["eval", str(tmp_path / "no-model-here"), f"{bad}:name=B,answer=tests", "--verifier", "code",
-               "--n", "1", "--output", str(out)])
+    rc = main(
+        [
+            "eval",
+            str(tmp_path / "no-model-here"),
+            f"{bad}:name=B,answer=tests",
+            "--verifier",
+            "code",
+            "--n",
+            "1",
+            "--output",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2, err
     assert f"data B ({bad}): 1 of 4 reference answers cannot be graded by the 'code' verifier" in err
@@ -208,7 +308,7 @@ def coder_env(tmp_path_factory):
     labels = torch.full((len(seqs), width), -100)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for b, (i, lab) in enumerate(seqs):
-        ids[b, :len(i)], labels[b, :len(lab)], mask[b, :len(i)] = torch.tensor(i), torch.tensor(lab), 1
+        ids[b, : len(i)], labels[b, : len(lab)], mask[b, : len(i)] = torch.tensor(i), torch.tensor(lab), 1
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
@@ -229,9 +329,17 @@ def test_train_on_code_with_rewards_that_vary(coder_env, tmp_path):
     group, so the step has non-zero advantages, the corpus keeps the verified programs, the sandbox's verdicts are
     logged, and the held-out pass@1 is that of the programs' verdicts."""
     out = tmp_path / "run"
-    cfg = code_train_config(coder_env, out, "rollout.rollouts_per_step=24", "method.n_base=4",
-                            "rollout.max_new_tokens=40", "eval_samples=4", "eval_k=[1,4]", "optim.lr=1e-3",
-                            "optim.micro_batch_tokens=512")
+    cfg = code_train_config(
+        coder_env,
+        out,
+        "rollout.rollouts_per_step=24",
+        "method.n_base=4",
+        "rollout.max_new_tokens=40",
+        "eval_samples=4",
+        "eval_k=[1,4]",
+        "optim.lr=1e-3",
+        "optim.micro_batch_tokens=512",
+    )
     summary = train(cfg, log=lambda *_: None)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

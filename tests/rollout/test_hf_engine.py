@@ -170,9 +170,7 @@ def test_stop_strings_cut_ids_logprobs_and_text_consistently(tiny_tokenizer, tin
     unstopped = engine.generate(PROMPTS, counts, free)
     # a stop string taken from the middle of one sampled completion, so it is certain to fire there
     stop = (pick_stop_string(unstopped[1][0].text),)
-    stopped = engine.generate(
-        PROMPTS, counts, SamplingParams(temperature=0.8, max_new_tokens=24, seed=11, stop=stop)
-    )
+    stopped = engine.generate(PROMPTS, counts, SamplingParams(temperature=0.8, max_new_tokens=24, seed=11, stop=stop))
     reasons = Counter()
     for rs_free, rs_stop in zip(unstopped, stopped):
         for f, s in zip(rs_free, rs_stop):
@@ -187,9 +185,7 @@ def test_stop_strings_cut_ids_logprobs_and_text_consistently(tiny_tokenizer, tin
                 assert s.completion_ids == f.completion_ids[:k]
                 assert s.text == text and s.text.endswith(stop[0])
                 torch.testing.assert_close(torch.tensor(s.logprobs), torch.tensor(f.logprobs[:k]), rtol=0, atol=1e-5)
-            torch.testing.assert_close(
-                torch.tensor(s.logprobs), reference_logprobs(tiny_model, s), rtol=0, atol=1e-5
-            )
+            torch.testing.assert_close(torch.tensor(s.logprobs), reference_logprobs(tiny_model, s), rtol=0, atol=1e-5)
             reasons[s.finish_reason] += 1
     assert reasons["stop"] >= 1 and reasons["stop"] + reasons["length"] + reasons["eos"] == 8
     assert stopped[1][0].finish_reason == "stop"

@@ -3,6 +3,7 @@
 The scripted policy is a real `RolloutEngine` whose answer is right with a fixed probability per problem (higher from
 an ICL prompt); that makes the allocation checkable against the known rates.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,8 +59,15 @@ class ScriptedPolicy:
                 ans = self.problems[q].answer if ok else "-1"
                 text = f" \\boxed{{{ans}}}"
                 ids = [ord(c) for c in text]
-                rs.append(Rollout(prompt_ids=[ord(c) for c in prompt], completion_ids=ids,
-                                  logprobs=list(-0.1 - self.rng.random(len(ids))), finish_reason="eos", text=text))
+                rs.append(
+                    Rollout(
+                        prompt_ids=[ord(c) for c in prompt],
+                        completion_ids=ids,
+                        logprobs=list(-0.1 - self.rng.random(len(ids))),
+                        finish_reason="eos",
+                        text=text,
+                    )
+                )
             out.append(rs)
         return out
 
@@ -81,8 +89,13 @@ def verifier():
 
 
 def renderer():
-    return PromptRenderer(CharTokenizer(), use_chat_template=False, icl_style="fewshot",
-                          prompt_template="Q: {prompt}\nA:", fewshot_example="Q: {problem}\nA:{solution}")
+    return PromptRenderer(
+        CharTokenizer(),
+        use_chat_template=False,
+        icl_style="fewshot",
+        prompt_template="Q: {prompt}\nA:",
+        fewshot_example="Q: {problem}\nA:{solution}",
+    )
 
 
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=8)
@@ -107,8 +120,7 @@ def test_mid_success_prompts_get_more_extra_rollouts_than_solved_ones(verifier):
     cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=False, sharpen=False)
     extra = np.zeros(16)
     for seed in range(20):
-        res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg,
-                                SAMPLING)
+        res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg, SAMPLING)
         extra += np.bincount(res.group_ids, minlength=16) - 4
     solved, never, mid = extra[:4].mean(), extra[4:8].mean(), extra[8:].mean()
     # all-solved and never-solved prompts have s_q = 0: only the exploration bonus phi_q reaches them. In round 1 a
@@ -146,8 +158,16 @@ def test_rounds_record_problem_ids_and_successes_per_prompt(verifier, allocation
     probs, pp, pi = problems_and_rates()
     cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation=allocation, icl=icl, sharpen=False)
     counts = [8] * 16 if allocation == "cures" else None
-    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=3), verifier, renderer(), cfg, SAMPLING,
-                            corpus=seeded_corpus(probs) if icl else None, counts=counts)
+    res = generate_rollouts(
+        probs,
+        ScriptedPolicy(probs, pp, pi, seed=3),
+        verifier,
+        renderer(),
+        cfg,
+        SAMPLING,
+        corpus=seeded_corpus(probs) if icl else None,
+        counts=counts,
+    )
     assert len(res.rounds) == (3 if allocation == "hrp" else 1)
     for r in res.rounds:
         assert r["problems"] == [p.id for p in probs]
@@ -201,12 +221,18 @@ def test_zero_success_prompts_are_icl_seeded_and_flip(verifier):
         assert x.train_prompt_ids == plain_ids[x.problem_index]
         if x.seeded:
             assert x.gen_prompt_ids != x.train_prompt_ids
-    flips = sum(any(x.reward >= 1 for x in res.records if x.round == r["round"] and x.problem_index == q)
-                for r in res.rounds[1:] for q in r["seeded"])
+    flips = sum(
+        any(x.reward >= 1 for x in res.records if x.round == r["round"] and x.problem_index == q)
+        for r in res.rounds[1:]
+        for q in r["seeded"]
+    )
     assert flips == sum(r["flips"] for r in res.rounds[1:]) == res.metrics["icl/flips"]
     assert res.metrics["icl/seeded_prompts"] == len(res.rounds[1]["seeded"]) + len(res.rounds[2]["seeded"])
-    assert res.metrics["icl/seeded_rollouts"] == sum(
-        r["alloc"][q] for r in res.rounds[1:] for q in r["seeded"]) == sum(x.seeded for x in res.records)
+    assert (
+        res.metrics["icl/seeded_rollouts"]
+        == sum(r["alloc"][q] for r in res.rounds[1:] for q in r["seeded"])
+        == sum(x.seeded for x in res.records)
+    )
 
 
 def test_flips_over_seeds(verifier):
@@ -214,8 +240,15 @@ def test_flips_over_seeds(verifier):
     cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=True, sharpen=False)
     flips = expected = var = 0.0
     for seed in range(10):
-        res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg,
-                                SAMPLING, corpus=seeded_corpus(probs))
+        res = generate_rollouts(
+            probs,
+            ScriptedPolicy(probs, pp, pi, seed=seed),
+            verifier,
+            renderer(),
+            cfg,
+            SAMPLING,
+            corpus=seeded_corpus(probs),
+        )
         flips += res.metrics["icl/flips"]
         for r in res.rounds[1:]:
             for q in r["seeded"]:
@@ -224,14 +257,15 @@ def test_flips_over_seeds(verifier):
                 expected, var = expected + p, var + p * (1 - p)
     # measured against the scripted policy's rates: within 4 standard deviations of the expected count
     assert expected > 20
-    assert abs(flips - expected) <= 4 * var ** 0.5, (flips, expected, var ** 0.5)
+    assert abs(flips - expected) <= 4 * var**0.5, (flips, expected, var**0.5)
 
 
 def test_icl_train_prompt_option(verifier):
     probs, pp, pi = problems_and_rates()
     cfg = PlanConfig(rollouts_per_step=128, icl=True, sharpen=False, icl_train_prompt="icl")
-    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING,
-                            corpus=seeded_corpus(probs))
+    res = generate_rollouts(
+        probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, corpus=seeded_corpus(probs)
+    )
     assert any(x.seeded for x in res.records)
     for x in res.records:
         assert x.train_prompt_ids == x.gen_prompt_ids
@@ -249,8 +283,9 @@ def test_advantages_and_corpus_update(verifier):
     probs, pp, pi = problems_and_rates()
     corpus = ICLCorpus(get_embedder("hash"))
     cfg = PlanConfig(rollouts_per_step=128, icl=True, sharpen=True)
-    res = plan_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, corpus=corpus,
-                        step=3)
+    res = plan_rollouts(
+        probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, corpus=corpus, step=3
+    )
     base = group_advantages(res.rewards, res.group_ids)
     # sharpening only ever raises correct rollouts' advantages, never touches wrong ones
     wrong = res.rewards < 1
@@ -289,13 +324,17 @@ def test_planner_on_tiny_random_model(tiny_model, tiny_tokenizer, verifier):
 
     probs, _, _ = problems_and_rates()
     engine = HFEngine(tiny_model, tiny_tokenizer)
-    rend = PromptRenderer(tiny_tokenizer, use_chat_template=False, icl_style="fewshot",
-                          prompt_template="Q: {prompt}\nA:", fewshot_example="Q: {problem}\nA:{solution}")
+    rend = PromptRenderer(
+        tiny_tokenizer,
+        use_chat_template=False,
+        icl_style="fewshot",
+        prompt_template="Q: {prompt}\nA:",
+        fewshot_example="Q: {problem}\nA:{solution}",
+    )
     corpus = seeded_corpus(probs)
     retrieved = corpus.retrieve_many([p.id for p in probs[:8]], [p.text for p in probs[:8]], k=2)
     cfg = PlanConfig(rollouts_per_step=48, n_base=2, plan_rounds=2, icl=True, sharpen=True)
-    res = plan_rollouts(probs[:8], engine, verifier, rend, cfg, SamplingParams(max_new_tokens=6, seed=0),
-                        corpus=corpus)
+    res = plan_rollouts(probs[:8], engine, verifier, rend, cfg, SamplingParams(max_new_tokens=6, seed=0), corpus=corpus)
     assert len(res.records) == 48
     for x in res.records:
         assert len(x.completion_ids) == len(x.logprobs) >= 1
@@ -316,8 +355,9 @@ def test_planner_on_tiny_random_model(tiny_model, tiny_tokenizer, verifier):
     lp, mask = np.zeros((48, T)), np.zeros((48, T), dtype=bool)
     for i, x in enumerate(res.records):
         lp[i, : len(x.logprobs)], mask[i, : len(x.logprobs)] = x.logprobs, True
-    want, _ = sharpen_advantages(group_advantages(res.rewards, res.group_ids), res.rewards,
-                                 length_normalized_loglik(lp, mask), res.group_ids)
+    want, _ = sharpen_advantages(
+        group_advantages(res.rewards, res.group_ids), res.rewards, length_normalized_loglik(lp, mask), res.group_ids
+    )
     np.testing.assert_array_equal(res.advantages, want)
     assert not res.advantages.any() and res.metrics["adv/sharpened_count"] == 0
 
@@ -335,8 +375,17 @@ def test_fixed_counts_are_one_engine_call(verifier):
     res = generate_rollouts(probs[:4], engine, verifier, renderer(), cfg, SAMPLING, counts=[2, 5, 0, 3])
     assert len(engine.calls) == 1 and engine.calls[0][1] == [2, 5, 0, 3]
     assert np.bincount(res.group_ids, minlength=4).tolist() == [2, 5, 0, 3]
-    assert res.rounds == [{"round": 0, "alloc": [2, 5, 0, 3], "seeded": [], "flips": 0, "truncated": 0,
-                           "problems": ["p0", "p1", "p2", "p3"], "successes": [2, 5, 0, 3]}]
+    assert res.rounds == [
+        {
+            "round": 0,
+            "alloc": [2, 5, 0, 3],
+            "seeded": [],
+            "flips": 0,
+            "truncated": 0,
+            "problems": ["p0", "p1", "p2", "p3"],
+            "successes": [2, 5, 0, 3],
+        }
+    ]
     assert res.metrics["rollout/count"] == 10 and res.metrics["alloc/rounds"] == 0
 
 
@@ -353,8 +402,15 @@ def test_fixed_counts_bad_input(verifier):
     with pytest.raises(ValueError, match="2 integers >= 0"):
         generate_rollouts(probs[:2], engine, verifier, renderer(), cfg, SAMPLING, counts=[6])
     with pytest.raises(ValueError, match="only used with allocation='cures'"):
-        generate_rollouts(probs[:2], engine, verifier, renderer(), PlanConfig(rollouts_per_step=8, n_base=4, icl=False),
-                          SAMPLING, counts=[4, 4])
+        generate_rollouts(
+            probs[:2],
+            engine,
+            verifier,
+            renderer(),
+            PlanConfig(rollouts_per_step=8, n_base=4, icl=False),
+            SAMPLING,
+            counts=[4, 4],
+        )
     with pytest.raises(ValueError, match="config field icl must be false with allocation=cures"):
         PlanConfig(allocation="cures", icl=True)
     assert engine.calls == []
@@ -368,16 +424,29 @@ def test_fixed_counts_bad_input(verifier):
 def _record(q: int, reward: float, text: str, seeded: bool = False, lps=(-0.5,), gen=(1,), train=(1,)):
     from xrpo.rollout.planner import RolloutRecord
 
-    return RolloutRecord(problem_index=q, group_id=q, round=int(seeded), seeded=seeded, gen_prompt_ids=list(gen),
-                         train_prompt_ids=list(train), completion_ids=[7] * len(lps), logprobs=list(lps),
-                         finish_reason="eos", text=text, reward=reward)
+    return RolloutRecord(
+        problem_index=q,
+        group_id=q,
+        round=int(seeded),
+        seeded=seeded,
+        gen_prompt_ids=list(gen),
+        train_prompt_ids=list(train),
+        completion_ids=[7] * len(lps),
+        logprobs=list(lps),
+        finish_reason="eos",
+        text=text,
+        reward=reward,
+    )
 
 
 def _result(records):
     from xrpo.rollout.planner import PlanResult
 
-    return PlanResult(records=records, rewards=np.array([x.reward for x in records]),
-                      group_ids=np.array([x.group_id for x in records]))
+    return PlanResult(
+        records=records,
+        rewards=np.array([x.reward for x in records]),
+        group_ids=np.array([x.group_id for x in records]),
+    )
 
 
 def test_update_corpus_skips_blank_correct_rollouts_and_counts_them():
@@ -385,8 +454,15 @@ def test_update_corpus_skips_blank_correct_rollouts_and_counts_them():
 
     probs, _, _ = problems_and_rates()
     corpus = ICLCorpus(get_embedder("hash"))
-    res = _result([_record(0, 1.0, " \\boxed{0}"), _record(0, 1.0, ""), _record(1, 1.0, " \n"),
-                   _record(1, 0.0, " \\boxed{5}"), _record(2, 1.0, " \\boxed{4}")])
+    res = _result(
+        [
+            _record(0, 1.0, " \\boxed{0}"),
+            _record(0, 1.0, ""),
+            _record(1, 1.0, " \n"),
+            _record(1, 0.0, " \\boxed{5}"),
+            _record(2, 1.0, " \\boxed{4}"),
+        ]
+    )
     m = update_corpus(res, probs, corpus, PlanConfig(), step=7)
     assert m == {"icl/corpus_added": 2.0, "icl/skipped_empty_solutions": 2.0}
     assert corpus.problem_ids() == ["p0", "p2"]
@@ -410,8 +486,14 @@ def test_truncated_and_dropped_examples_mean_the_same_in_both_icl_styles():
     long = Example("p9", "9 + 9 = ?", " " + "x" * 1000 + " \\boxed{18}", 0.9)
     short = Example("p8", "8 + 8 = ?", " \\boxed{16}", 0.8)
     for style, example in (("paper", "{problem}\n{solution}"), ("fewshot", "Q: {problem}\nA:{solution}")):
-        rend = PromptRenderer(CharTokenizer(), use_chat_template=False, icl_style=style,
-                              prompt_template="Q: {prompt}\nA:", fewshot_example=example, max_prompt_tokens=800)
+        rend = PromptRenderer(
+            CharTokenizer(),
+            use_chat_template=False,
+            icl_style=style,
+            prompt_template="Q: {prompt}\nA:",
+            fewshot_example=example,
+            max_prompt_tokens=800,
+        )
         icl = rend.render_icl(probs[1], [short, long])
         if style == "paper":
             # the paper's template cuts the long solution to fit and keeps both examples
@@ -428,9 +510,12 @@ def test_icl_novelty_chooses_the_prompt_seeded_rollouts_are_scored_under():
     from xrpo.algo.advantages import length_normalized_loglik, sharpen_advantages
 
     # group 0: two plain rollouts (one right) and two ICL-seeded ones, right, sampled from another prompt
-    recs = [_record(0, 0.0, "a", lps=(-1.0, -1.0)), _record(0, 1.0, "b", lps=(-1.2, -1.0)),
-            _record(0, 1.0, "c", seeded=True, lps=(-0.1, -0.1), gen=(5, 5, 1)),
-            _record(0, 1.0, "d", seeded=True, lps=(-0.2, -0.3), gen=(5, 5, 1))]
+    recs = [
+        _record(0, 0.0, "a", lps=(-1.0, -1.0)),
+        _record(0, 1.0, "b", lps=(-1.2, -1.0)),
+        _record(0, 1.0, "c", seeded=True, lps=(-0.1, -0.1), gen=(5, 5, 1)),
+        _record(0, 1.0, "d", seeded=True, lps=(-0.2, -0.3), gen=(5, 5, 1)),
+    ]
     train_lp = [[-1.0, -1.0], [-1.2, -1.0], [-3.0, -2.5], [-2.0, -2.6]]  # under the plain prompt: unlikely
     gen_lp = [x.logprobs for x in recs]  # the engine's, under the prompt each was sampled from
     rewards, groups = np.array([0.0, 1, 1, 1]), np.zeros(4, dtype=int)
@@ -439,15 +524,16 @@ def test_icl_novelty_chooses_the_prompt_seeded_rollouts_are_scored_under():
     def expect(lps, keep=slice(None)):
         lp = np.array(lps)
         out = base.copy()
-        out[keep], _ = sharpen_advantages(base[keep], rewards[keep],
-                                          length_normalized_loglik(lp, np.ones_like(lp, dtype=bool))[keep],
-                                          groups[keep])
+        out[keep], _ = sharpen_advantages(
+            base[keep], rewards[keep], length_normalized_loglik(lp, np.ones_like(lp, dtype=bool))[keep], groups[keep]
+        )
         return out
 
     got = {}
     for mode in ("train", "sample", "exclude"):
-        res = _result([_record(x.problem_index, x.reward, x.text, x.seeded, x.logprobs, x.gen_prompt_ids)
-                       for x in recs])
+        res = _result(
+            [_record(x.problem_index, x.reward, x.text, x.seeded, x.logprobs, x.gen_prompt_ids) for x in recs]
+        )
         compute_advantages(res, PlanConfig(icl_novelty=mode), token_logprobs=train_lp)
         got[mode] = res
     np.testing.assert_array_equal(got["train"].advantages, expect(train_lp))
@@ -469,10 +555,15 @@ def test_icl_novelty_chooses_the_prompt_seeded_rollouts_are_scored_under():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("allocation,mode,icl,cap", [
-    ("hrp", "proportional", True, None), ("hrp", "greedy", True, None), ("hrp", "proportional", False, 3),
-    ("uniform", "proportional", True, None),
-])
+@pytest.mark.parametrize(
+    "allocation,mode,icl,cap",
+    [
+        ("hrp", "proportional", True, None),
+        ("hrp", "greedy", True, None),
+        ("hrp", "proportional", False, 3),
+        ("uniform", "proportional", True, None),
+    ],
+)
 @pytest.mark.parametrize("seed", range(3))
 def test_simulator_allocation_equals_the_planners_on_the_same_rewards(verifier, allocation, mode, icl, cap, seed):
     from xrpo.algo.simulate import phased_step
@@ -481,10 +572,27 @@ def test_simulator_allocation_equals_the_planners_on_the_same_rewards(verifier, 
     rng = np.random.default_rng(seed)
     pp = [0.0, 0.0, 1.0] + list(np.round(rng.random(9), 2))
     pi = [0.6, 0.0, 1.0] + pp[3:]
-    cfg = PlanConfig(rollouts_per_step=100, n_base=3, plan_rounds=3, allocation=allocation, alloc_mode=mode,
-                     lam=0.1, alpha=0.05, max_extra_per_prompt=cap, icl=icl, sharpen=False)
-    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi, seed=seed), verifier, renderer(), cfg, SAMPLING,
-                            corpus=seeded_corpus(probs[2:3]) if icl else None)
+    cfg = PlanConfig(
+        rollouts_per_step=100,
+        n_base=3,
+        plan_rounds=3,
+        allocation=allocation,
+        alloc_mode=mode,
+        lam=0.1,
+        alpha=0.05,
+        max_extra_per_prompt=cap,
+        icl=icl,
+        sharpen=False,
+    )
+    res = generate_rollouts(
+        probs,
+        ScriptedPolicy(probs, pp, pi, seed=seed),
+        verifier,
+        renderer(),
+        cfg,
+        SAMPLING,
+        corpus=seeded_corpus(probs[2:3]) if icl else None,
+    )
 
     def replay(idx, counts, seeded, rnd):
         # the planner's rewards of this round, per prompt, in generation order; the simulator must ask for exactly the
@@ -497,8 +605,19 @@ def test_simulator_allocation_equals_the_planners_on_the_same_rewards(verifier, 
             out.append(np.array([x.reward for x in r]))
         return out
 
-    sim = phased_step(12, 100, replay, n_base=3, rounds=3, allocation=allocation, mode=mode, alpha=0.05, lam=0.1,
-                      max_per_prompt=cap, icl=icl)
+    sim = phased_step(
+        12,
+        100,
+        replay,
+        n_base=3,
+        rounds=3,
+        allocation=allocation,
+        mode=mode,
+        alpha=0.05,
+        lam=0.1,
+        max_per_prompt=cap,
+        icl=icl,
+    )
     assert [a.tolist() for a in sim.allocs] == [r["alloc"] for r in res.rounds]
     assert [np.flatnonzero(s).tolist() for s in sim.seeded] == [r["seeded"] for r in res.rounds]
     assert [s.tolist() for s in sim.successes] == [r["successes"] for r in res.rounds]

@@ -26,9 +26,19 @@ PROBLEMS = [Problem(id=f"p{i}", prompt=f"q{i}", answer=str(i)) for i in range(6)
 
 
 def ctx(**kw) -> SourceContext:
-    base = dict(problems=PROBLEMS, engine=None, verifier=None, renderer=None,
-                plan=PlanConfig(rollouts_per_step=8, icl=False, sharpen=False, allocation="uniform"),
-                prompts_per_step=2, temperature=1.0, top_p=1.0, max_new_tokens=4, stop=(), seed=3)
+    base = dict(
+        problems=PROBLEMS,
+        engine=None,
+        verifier=None,
+        renderer=None,
+        plan=PlanConfig(rollouts_per_step=8, icl=False, sharpen=False, allocation="uniform"),
+        prompts_per_step=2,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=4,
+        stop=(),
+        seed=3,
+    )
     base.update(kw)
     return SourceContext(**base)
 
@@ -41,10 +51,16 @@ def test_registry_names_and_errors():
         register_source("planner")(PlannerSource)
 
 
-@pytest.mark.parametrize("preset, name, wrapped", [
-    ("xrpo", "planner", False), ("grpo", "planner", False), ("dapo", "planner", True),
-    ("treepo", "tree", False), ("cures", "cures", False),
-])
+@pytest.mark.parametrize(
+    "preset, name, wrapped",
+    [
+        ("xrpo", "planner", False),
+        ("grpo", "planner", False),
+        ("dapo", "planner", True),
+        ("treepo", "tree", False),
+        ("cures", "cures", False),
+    ],
+)
 def test_each_preset_gets_its_source(preset, name, wrapped):
     m = build_config(None, [f"method.name={preset}"]).method
     assert source_name(m) == name
@@ -72,12 +88,29 @@ class Scripted(PlannerSource):
     def generate(self, problems, sampling):
         b = len(self.calls)
         self.calls.append(([p.id for p in problems], sampling.seed))
-        recs = [RolloutRecord(problem_index=q, group_id=q, round=0, seeded=False, gen_prompt_ids=[q],
-                              train_prompt_ids=[q], completion_ids=[7, 8], logprobs=[0.0, 0.0], finish_reason="eos",
-                              text=f"b{b}q{q}r{j}", reward=float(r))
-                for q, rs in enumerate(self.REWARDS[b]) for j, r in enumerate(rs)]
-        return PlanResult(records=recs, rewards=np.array([x.reward for x in recs]),
-                          group_ids=np.array([x.group_id for x in recs]), metrics={"time/generate": 1.0})
+        recs = [
+            RolloutRecord(
+                problem_index=q,
+                group_id=q,
+                round=0,
+                seeded=False,
+                gen_prompt_ids=[q],
+                train_prompt_ids=[q],
+                completion_ids=[7, 8],
+                logprobs=[0.0, 0.0],
+                finish_reason="eos",
+                text=f"b{b}q{q}r{j}",
+                reward=float(r),
+            )
+            for q, rs in enumerate(self.REWARDS[b])
+            for j, r in enumerate(rs)
+        ]
+        return PlanResult(
+            records=recs,
+            rewards=np.array([x.reward for x in recs]),
+            group_ids=np.array([x.group_id for x in recs]),
+            metrics={"time/generate": 1.0},
+        )
 
 
 def test_dynamic_sampling_keeps_informative_groups_until_full():

@@ -34,14 +34,17 @@ def test_generate_ids_equals_generate_on_the_encoded_prompts(tiny_tokenizer, tin
     assert by_text == by_ids  # same rows, same seed: identical rollouts (ids, log-probs, text, finish reason)
 
 
-@pytest.mark.parametrize("prompt_ids, counts, match", [
-    ("abc", [1], "list of token-id lists"),
-    ([[]], [1], r"prompt_ids\[0\]: expected a non-empty prompt"),
-    ([[1, "2"]], [1], r"prompt_ids\[0\]\[1\]: expected a token id"),
-    ([[1, -1]], [1], r"prompt_ids\[0\]\[1\]"),
-    ([[1], [2]], [1], "one count per prompt"),
-    ([[10**7]], [1], "outside the model's vocabulary"),
-])
+@pytest.mark.parametrize(
+    "prompt_ids, counts, match",
+    [
+        ("abc", [1], "list of token-id lists"),
+        ([[]], [1], r"prompt_ids\[0\]: expected a non-empty prompt"),
+        ([[1, "2"]], [1], r"prompt_ids\[0\]\[1\]: expected a token id"),
+        ([[1, -1]], [1], r"prompt_ids\[0\]\[1\]"),
+        ([[1], [2]], [1], "one count per prompt"),
+        ([[10**7]], [1], "outside the model's vocabulary"),
+    ],
+)
 def test_generate_ids_bad_input(tiny_tokenizer, tiny_model, prompt_ids, counts, match):
     with pytest.raises(ValueError, match=match):
         HFEngine(tiny_model, tiny_tokenizer).generate_ids(prompt_ids, counts, SamplingParams(max_new_tokens=2))
@@ -70,8 +73,9 @@ def test_reused_prefixes_give_exact_log_probs_and_count_cached_tokens(tiny_token
     for p, rs in zip(prompts, second):
         for r in rs:
             assert r.prompt_ids == p
-            torch.testing.assert_close(torch.tensor(r.logprobs), reference_logprobs(tiny_model, p, r.completion_ids),
-                                       rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                torch.tensor(r.logprobs), reference_logprobs(tiny_model, p, r.completion_ids), rtol=0, atol=1e-5
+            )
 
 
 def test_reuse_does_not_change_greedy_continuations(tiny_tokenizer, tiny_model):

@@ -1,6 +1,7 @@
 """TreePO sampling (xrpo.rollout.treepo) on the tiny model with the real HFEngine: tree bookkeeping, exact
 continuation, the width budget, segment boundaries, fallback, and the tree advantage wired through the planner; a
 scripted engine whose paths never end forces the fallback's restart from the root."""
+
 from __future__ import annotations
 
 import copy
@@ -27,8 +28,12 @@ def with_eos_logit(tok, model, logit: float):
     """A copy of `model` with its (tied) EOS row set along the mean final hidden state, so that EOS gets a logit of
     about `logit` in most contexts (the random model itself never samples EOS)."""
     model = copy.deepcopy(model)
-    enc = tok([f"Q: {i} + {i} = ?\nA: the answer {7 * i} is" for i in range(8)], add_special_tokens=False,
-              padding=True, return_tensors="pt")
+    enc = tok(
+        [f"Q: {i} + {i} = ?\nA: the answer {7 * i} is" for i in range(8)],
+        add_special_tokens=False,
+        padding=True,
+        return_tensors="pt",
+    )
     with torch.no_grad():
         h = model(**enc, output_hidden_states=True).hidden_states[-1][enc["attention_mask"].bool()].mean(0)
         model.model.embed_tokens.weight[tok.eos_token_id] = logit * h / h.norm() ** 2
@@ -111,9 +116,15 @@ def check_tree(t, seg, max_new, max_depth, eos_id, fallback=True):
     return reasons
 
 
-@pytest.mark.parametrize("which, divergence", [("tiny_model", "uniform"), ("eos_prone_model", "uniform"),
-                                               ("eos_prone_model", "low_logprob"),
-                                               ("eos_prone_model", "high_logprob")])
+@pytest.mark.parametrize(
+    "which, divergence",
+    [
+        ("tiny_model", "uniform"),
+        ("eos_prone_model", "uniform"),
+        ("eos_prone_model", "low_logprob"),
+        ("eos_prone_model", "high_logprob"),
+    ],
+)
 def test_tree_bookkeeping_on_the_real_engine(request, tiny_tokenizer, renderer, verifier, which, divergence):
     model = request.getfixturevalue(which)
     # widths 7,7,7,7,6
@@ -136,8 +147,9 @@ def test_tree_bookkeeping_on_the_real_engine(request, tiny_tokenizer, renderer, 
         assert x.completion_ids == leaf.completion and x.gen_prompt_ids == t.prompt_ids == x.train_prompt_ids
         assert list(x.segment_ends) == [t.nodes[p].end for p in x.tree_path]
         assert x.text == tiny_tokenizer.decode(x.completion_ids, skip_special_tokens=True)
-        torch.testing.assert_close(torch.tensor(x.logprobs), forward_logprobs(model, x.gen_prompt_ids,
-                                                                              x.completion_ids), rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            torch.tensor(x.logprobs), forward_logprobs(model, x.gen_prompt_ids, x.completion_ids), rtol=0, atol=1e-5
+        )
     m = res.metrics
     assert m["tree/leaves"] == 34 and m["rollout/count"] == 34 and m["tree/underfilled"] == 0
     assert m["tree/tokens_generated"] == sum(len(n.completion) - n.start for t in trees for n in t.nodes[1:])
@@ -159,15 +171,18 @@ def test_fallback_fills_trees_whose_paths_end_early(tiny_tokenizer, renderer, ve
                 # a fallback path starts at a segment boundary of a path that finished: the root, or an ancestor
                 # of an EOS leaf that was not itself re-expanded by the fallback
                 parent = node.parent
-                assert parent == 0 or any(
-                    parent in t.path(n) for n, reason, _ in t.leaves if reason == "eos")
+                assert parent == 0 or any(parent in t.path(n) for n, reason, _ in t.leaves if reason == "eos")
                 assert t.nodes[parent].end % 2 == 0
     assert sum(t.fallback_paths for t in trees) == res.metrics["tree/fallback_expansions"]
     # without fallback the same trees end with fewer leaves than their width
-    res2, trees2 = sample(eos_early_model, tiny_tokenizer, renderer, verifier,
-                          TreeConfig(rollouts_per_step=40, tree_segment_len=2, tree_max_depth=6, tree_init_branch=1,
-                                     tree_fallback=False),
-                          params)
+    res2, trees2 = sample(
+        eos_early_model,
+        tiny_tokenizer,
+        renderer,
+        verifier,
+        TreeConfig(rollouts_per_step=40, tree_segment_len=2, tree_max_depth=6, tree_init_branch=1, tree_fallback=False),
+        params,
+    )
     assert res2.metrics["tree/underfilled"] > 0 and res2.metrics["tree/fallback_expansions"] == 0
     for t in trees2:
         check_tree(t, 2, 12, 6, eos, fallback=False)
@@ -193,8 +208,15 @@ class NeverEnds:
             for _ in range(c):
                 ids = [self.LETTERS + (self.made + k) % 26 for k in range(params.max_new_tokens)]
                 self.made += 1
-                rows.append(Rollout(prompt_ids=list(p), completion_ids=ids, logprobs=[-1.0] * len(ids),
-                                    finish_reason="length", text=""))
+                rows.append(
+                    Rollout(
+                        prompt_ids=list(p),
+                        completion_ids=ids,
+                        logprobs=[-1.0] * len(ids),
+                        finish_reason="length",
+                        text="",
+                    )
+                )
             out.append(rows)
         return out
 
@@ -244,8 +266,16 @@ def test_fallback_restarts_from_the_root_when_no_leaf_ended_naturally(tiny_token
     assert len(res.records) == 13 and m["tree/leaves"] == 13 and m["tree/underfilled"] == 0
     assert m["tree/fallback_expansions"] == 5 and m["tree/fallback_trees"] == 2 and m["tree/steps"] == 6
     # without fallback the same trees stop at their first 2 leaves
-    res2, trees2 = sample(None, tiny_tokenizer, renderer, verifier, replace(cfg, tree_fallback=False), params,
-                          problems=PROBLEMS[:2], engine=NeverEnds())
+    res2, trees2 = sample(
+        None,
+        tiny_tokenizer,
+        renderer,
+        verifier,
+        replace(cfg, tree_fallback=False),
+        params,
+        problems=PROBLEMS[:2],
+        engine=NeverEnds(),
+    )
     assert [len(t.leaves) for t in trees2] == [2, 2] and res2.metrics["tree/underfilled"] == 2
     assert res2.metrics["tree/fallback_expansions"] == 0
 
@@ -260,8 +290,12 @@ def test_stop_string_across_a_segment_boundary(tiny_tokenizer, tiny_model, rende
         ids = free.completion_ids
         head = tiny_tokenizer.decode(ids[:2], skip_special_tokens=True)
         tail = tiny_tokenizer.decode(ids[2:], skip_special_tokens=True)
-        if head and tail and (head + tail).find(head[-1] + tail[0]) == len(head) - 1 and \
-                tiny_tokenizer.decode(ids[2:3], skip_special_tokens=True):
+        if (
+            head
+            and tail
+            and (head + tail).find(head[-1] + tail[0]) == len(head) - 1
+            and tiny_tokenizer.decode(ids[2:3], skip_special_tokens=True)
+        ):
             break
     else:
         pytest.fail("no seed gave a usable completion")
@@ -291,8 +325,15 @@ def test_prefix_reuse_changes_nothing_but_the_work(tiny_tokenizer, tiny_model, r
     cfg = TreeConfig(rollouts_per_step=12, tree_segment_len=2, tree_max_depth=8)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=10)
     with_reuse, _ = sample(tiny_model, tiny_tokenizer, renderer, verifier, cfg, greedy)
-    without, _ = sample(tiny_model, tiny_tokenizer, renderer, verifier, cfg, greedy,
-                        engine=IdsOnly(HFEngine(tiny_model, tiny_tokenizer)))
+    without, _ = sample(
+        tiny_model,
+        tiny_tokenizer,
+        renderer,
+        verifier,
+        cfg,
+        greedy,
+        engine=IdsOnly(HFEngine(tiny_model, tiny_tokenizer)),
+    )
     assert [x.completion_ids for x in with_reuse.records] == [x.completion_ids for x in without.records]
     assert [x.tree_path for x in with_reuse.records] == [x.tree_path for x in without.records]
     assert with_reuse.metrics["tree/engine_cached_tokens"] > 0 and "tree/engine_cached_tokens" not in without.metrics
@@ -303,8 +344,14 @@ def test_same_seed_same_trees(tiny_tokenizer, eos_prone_model, renderer, verifie
     params = SamplingParams(temperature=1.0, max_new_tokens=10, seed=11)
     a, _ = sample(eos_prone_model, tiny_tokenizer, renderer, verifier, cfg, params)
     b, _ = sample(eos_prone_model, tiny_tokenizer, renderer, verifier, cfg, params)
-    c, _ = sample(eos_prone_model, tiny_tokenizer, renderer, verifier, cfg, SamplingParams(
-        temperature=1.0, max_new_tokens=10, seed=12))
+    c, _ = sample(
+        eos_prone_model,
+        tiny_tokenizer,
+        renderer,
+        verifier,
+        cfg,
+        SamplingParams(temperature=1.0, max_new_tokens=10, seed=12),
+    )
     assert [(x.completion_ids, x.tree_path) for x in a.records] == [(x.completion_ids, x.tree_path) for x in b.records]
     assert [x.completion_ids for x in a.records] != [x.completion_ids for x in c.records]
 
@@ -318,8 +365,14 @@ def test_tree_advantage_through_the_planner(tiny_tokenizer, eos_prone_model, ren
             return [VerifyResult(score=float(len(t) % 2 == 0), answer=None) for t in texts]
 
     cfg = TreeConfig(rollouts_per_step=16, tree_segment_len=2, tree_max_depth=5)
-    res, trees = sample(eos_prone_model, tiny_tokenizer, renderer, Parity(), cfg,
-                        SamplingParams(temperature=1.0, max_new_tokens=10, seed=2))
+    res, trees = sample(
+        eos_prone_model,
+        tiny_tokenizer,
+        renderer,
+        Parity(),
+        cfg,
+        SamplingParams(temperature=1.0, max_new_tokens=10, seed=2),
+    )
     # the ancestors of each leaf as the planner builds them: the root, then its path's nodes above its own
     anc = tree_ancestor_ids(res.records)
     for x, row in zip(res.records, anc):
@@ -343,9 +396,19 @@ def test_tree_advantage_through_the_planner(tiny_tokenizer, eos_prone_model, ren
 
 def test_tree_ancestor_ids_hand():
     def rec(g, path):
-        return RolloutRecord(problem_index=g, group_id=g, round=0, seeded=False, gen_prompt_ids=[1],
-                             train_prompt_ids=[1], completion_ids=[2], logprobs=[0.0], finish_reason="eos", text="",
-                             tree_path=path)
+        return RolloutRecord(
+            problem_index=g,
+            group_id=g,
+            round=0,
+            seeded=False,
+            gen_prompt_ids=[1],
+            train_prompt_ids=[1],
+            completion_ids=[2],
+            logprobs=[0.0],
+            finish_reason="eos",
+            text="",
+            tree_path=path,
+        )
 
     # group 0: leaves under nodes (1) and (1, 3); group 1: a leaf under its root only; an independent rollout
     got = tree_ancestor_ids([rec(0, (1, 4)), rec(0, (1, 3, 5)), rec(1, (2,)), rec(0, (2,)), rec(2, ())])
@@ -355,12 +418,14 @@ def test_tree_ancestor_ids_hand():
 
 def test_bad_config_and_engine(tiny_tokenizer, tiny_model, renderer, verifier):
     assert TreeConfig().segment_tokens(24) == 2 and TreeConfig(tree_segment_len=5).segment_tokens(24) == 5
-    for kwargs, match in [(dict(tree_branch=0), "tree_branch must be >= 1"),
-                          (dict(tree_segment_len=-1), "tree_segment_len must be >= 0"),
-                          (dict(tree_divergence="wide"), "tree_divergence must be one of"),
-                          (dict(tree_divergence_temp=0.0), "tree_divergence_temp must be > 0"),
-                          (dict(tree_max_depth=2.0), "tree_max_depth must be an int >= 1"),
-                          (dict(rollouts_per_step=0), "rollouts_per_step must be >= 1")]:
+    for kwargs, match in [
+        (dict(tree_branch=0), "tree_branch must be >= 1"),
+        (dict(tree_segment_len=-1), "tree_segment_len must be >= 0"),
+        (dict(tree_divergence="wide"), "tree_divergence must be one of"),
+        (dict(tree_divergence_temp=0.0), "tree_divergence_temp must be > 0"),
+        (dict(tree_max_depth=2.0), "tree_max_depth must be an int >= 1"),
+        (dict(rollouts_per_step=0), "rollouts_per_step must be >= 1"),
+    ]:
         with pytest.raises(ValueError, match=match):
             TreeConfig(**kwargs)
 
@@ -371,5 +436,6 @@ def test_bad_config_and_engine(tiny_tokenizer, tiny_model, renderer, verifier):
     with pytest.raises(TypeError, match="needs an engine with generate_ids"):
         generate_tree_rollouts(PROBLEMS, TextOnly(), verifier, renderer, TreeConfig(), SamplingParams())
     with pytest.raises(ValueError, match="problems is empty"):
-        generate_tree_rollouts([], HFEngine(tiny_model, tiny_tokenizer), verifier, renderer, TreeConfig(),
-                               SamplingParams())
+        generate_tree_rollouts(
+            [], HFEngine(tiny_model, tiny_tokenizer), verifier, renderer, TreeConfig(), SamplingParams()
+        )

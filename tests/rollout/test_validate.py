@@ -1,5 +1,6 @@
 """Tests for xrpo.rollout.validate: the figures of per-problem records against a hand table, and sample_and_score's
 chunking, resume (`done`) and per-chunk callback on a real tiny model."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,17 +13,24 @@ from xrpo.rollout.validate import chunk_seed, sample_and_score, score_records, u
 
 
 def rec(answers, correct, lengths=None, truncated=0):
-    return {"id": "x", "n": len(answers), "c": sum(correct), "answers": answers, "correct": correct,
-            "lengths": lengths or [1] * len(answers), "truncated": truncated}
+    return {
+        "id": "x",
+        "n": len(answers),
+        "c": sum(correct),
+        "answers": answers,
+        "correct": correct,
+        "lengths": lengths or [1] * len(answers),
+        "truncated": truncated,
+    }
 
 
 # n = 4 samples per problem; five problems covering c = 0, c = n, a tie, unparseable answers
 HAND = [
     rec([None, "3", "3", "5"], [False] * 4, [2, 4, 6, 8], truncated=1),  # c=0; "3" wins the vote, wrong
-    rec(["7"] * 4, [True] * 4, [1, 1, 1, 1]),                              # c=n; everything 1
-    rec(["2", "9", "9", "2"], [True, False, False, True], [3, 3, 3, 3]),   # c=2; tie 2-2 -> "2" (first), right
-    rec([None] * 4, [False] * 4, [24, 24, 24, 24], truncated=4),           # nothing parsed: the vote is wrong
-    rec(["5", None, None, None], [True, False, False, False]),             # None never wins: "5" wins, right
+    rec(["7"] * 4, [True] * 4, [1, 1, 1, 1]),  # c=n; everything 1
+    rec(["2", "9", "9", "2"], [True, False, False, True], [3, 3, 3, 3]),  # c=2; tie 2-2 -> "2" (first), right
+    rec([None] * 4, [False] * 4, [24, 24, 24, 24], truncated=4),  # nothing parsed: the vote is wrong
+    rec(["5", None, None, None], [True, False, False, False]),  # None never wins: "5" wins, right
 ]
 
 
@@ -65,7 +73,7 @@ def test_score_records_rejects_empty_and_bad_k():
 def test_chunk_seed():
     assert chunk_seed(None, 3) is None
     seeds = {chunk_seed(7, c) for c in range(100)} | {chunk_seed(8, c) for c in range(100)}
-    assert len(seeds) == 200 and all(0 <= s < 2 ** 31 for s in seeds)
+    assert len(seeds) == 200 and all(0 <= s < 2**31 for s in seeds)
     assert chunk_seed(7, 3) == chunk_seed(7, 3)
 
 
@@ -106,30 +114,59 @@ def test_one_call_without_chunks_is_the_engine_call(parts):
 def test_chunks_resume_and_callback(parts):
     engine, verifier, renderer, problems = parts
     seen = []
-    m_all, full = sample_and_score(problems, engine, verifier, renderer, n=3, sampling=SAMPLING, ks=(1, 2),
-                                   chunk_size=2, on_chunk=lambda rs: seen.append([r["id"] for r in rs]))
+    m_all, full = sample_and_score(
+        problems,
+        engine,
+        verifier,
+        renderer,
+        n=3,
+        sampling=SAMPLING,
+        ks=(1, 2),
+        chunk_size=2,
+        on_chunk=lambda rs: seen.append([r["id"] for r in rs]),
+    )
     assert seen == [["p0", "p1"], ["p2", "p3"], ["p4"]]
     # resume: chunk 0 and half of chunk 1 done; chunk 0 is skipped, chunk 1 samples p3 alone, chunk 2 as before
     done = {0: full[0], 1: full[1], 2: full[2]}
     seen = []
-    m_res, resumed = sample_and_score(problems, engine, verifier, renderer, n=3, sampling=SAMPLING, ks=(1, 2),
-                                      chunk_size=2, done=done, on_chunk=lambda rs: seen.append([r["id"] for r in rs]))
+    m_res, resumed = sample_and_score(
+        problems,
+        engine,
+        verifier,
+        renderer,
+        n=3,
+        sampling=SAMPLING,
+        ks=(1, 2),
+        chunk_size=2,
+        done=done,
+        on_chunk=lambda rs: seen.append([r["id"] for r in rs]),
+    )
     assert seen == [["p3"], ["p4"]]
     assert resumed[:3] == full[:3]
     # chunk 2 is sampled with the same seed and the same rows: identical to the uninterrupted run
     assert resumed[4] == full[4]
     # all done: nothing sampled, same figures
-    m_done, again = sample_and_score(problems, engine, verifier, renderer, n=3, sampling=SAMPLING, ks=(1, 2),
-                                     chunk_size=2, done=dict(enumerate(full)),
-                                     on_chunk=lambda rs: pytest.fail("sampled a finished problem"))
+    m_done, again = sample_and_score(
+        problems,
+        engine,
+        verifier,
+        renderer,
+        n=3,
+        sampling=SAMPLING,
+        ks=(1, 2),
+        chunk_size=2,
+        done=dict(enumerate(full)),
+        on_chunk=lambda rs: pytest.fail("sampled a finished problem"),
+    )
     assert again == full and m_done == m_all
 
 
 def test_prompts_override_and_keep_text(parts):
     engine, verifier, renderer, problems = parts
     prompts = ["Q: 1 + 1 = ?\nA: 2\n" + renderer.render(p) for p in problems[:2]]
-    _, recs = sample_and_score(problems[:2], engine, verifier, renderer, n=2, sampling=SAMPLING, prompts=prompts,
-                               keep_text=True)
+    _, recs = sample_and_score(
+        problems[:2], engine, verifier, renderer, n=2, sampling=SAMPLING, prompts=prompts, keep_text=True
+    )
     outs = engine.generate(prompts, [2, 2], SAMPLING)
     assert [r["completions"] for r in recs] == [[x.text for x in o] for o in outs]
 

@@ -70,8 +70,10 @@ def test_constructor_checks_arguments_before_starting_vllm(tmp_path):
     from xrpo.rollout.vllm_engine import VLLMEngine
 
     for kwargs, match in [
-        (dict(kv_cache_gib=0), "kv_cache_gib"), (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization"),
-        (dict(max_model_len=0), "max_model_len"), (dict(max_model_len=True), "max_model_len"),
+        (dict(kv_cache_gib=0), "kv_cache_gib"),
+        (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization"),
+        (dict(max_model_len=0), "max_model_len"),
+        (dict(max_model_len=True), "max_model_len"),
     ]:
         with pytest.raises(ValueError, match=match):
             VLLMEngine(str(tmp_path), **kwargs)
@@ -112,11 +114,21 @@ def served(tmp_path_factory, tiny_tokenizer, tiny_model):
     random.seed(3)
     np.random.seed(3)
     torch.manual_seed(3)
-    before = (torch.set_num_threads, torch.get_num_threads(), random.getstate(), np.random.get_state()[1].copy(),
-              torch.get_rng_state())
+    before = (
+        torch.set_num_threads,
+        torch.get_num_threads(),
+        random.getstate(),
+        np.random.get_state()[1].copy(),
+        torch.get_rng_state(),
+    )
     engine = VLLMEngine(str(path), dtype="float32", kv_cache_gib=0.25, max_model_len=256, seed=0)
-    after = (torch.set_num_threads, torch.get_num_threads(), random.getstate(), np.random.get_state()[1].copy(),
-             torch.get_rng_state())
+    after = (
+        torch.set_num_threads,
+        torch.get_num_threads(),
+        random.getstate(),
+        np.random.get_state()[1].copy(),
+        torch.get_rng_state(),
+    )
     return engine, model, before, after
 
 
@@ -258,10 +270,16 @@ def test_earliest_of_several_stop_strings_wins(served, tiny_tokenizer):
     early = pick_stop_string(free.text, min_start=2)
     late = pick_stop_string(free.text, min_start=free.text.find(early) + 6)
     # the same request (prompt 0 of a 6-sample call, same seed) with two stop strings
-    out = engine.generate(PROMPTS[1:2], [6], SamplingParams(temperature=1.0, max_new_tokens=24, seed=5,
-                                                              stop=(late, early)))[0]
-    (r,) = [x for x in out if x.completion_ids == free.completion_ids[: len(x.completion_ids)]
-            and x.finish_reason == "stop" and x.text.endswith(early)][:1]
+    out = engine.generate(
+        PROMPTS[1:2], [6], SamplingParams(temperature=1.0, max_new_tokens=24, seed=5, stop=(late, early))
+    )[0]
+    (r,) = [
+        x
+        for x in out
+        if x.completion_ids == free.completion_ids[: len(x.completion_ids)]
+        and x.finish_reason == "stop"
+        and x.text.endswith(early)
+    ][:1]
     assert late not in r.text
     assert (len(r.completion_ids), r.text) == slow_stop_cut(tiny_tokenizer, free.completion_ids, (late, early))
 
@@ -320,8 +338,11 @@ def test_seeded_call_whose_prompts_exceed_one_scheduler_step(served):
 def test_prompts_longer_than_the_context_are_refused(served):
     engine, _, _, _ = served
     assert engine.max_model_len == 256
-    with pytest.raises(ValueError, match=r"prompts\[1\]: \d+ prompt tokens \+ max_new_tokens=250 exceed vLLM's "
-                                         r"max_model_len of 256"):
+    with pytest.raises(
+        ValueError,
+        match=r"prompts\[1\]: \d+ prompt tokens \+ max_new_tokens=250 exceed vLLM's "
+        r"max_model_len of 256",
+    ):
         engine.generate(["Q: 1", "Q: " + "1 + 2 " * 10], [0, 1], SamplingParams(max_new_tokens=250))
     with pytest.raises(ValueError, match=r"prompts\[0\]: encodes to no tokens"):
         engine.generate([""], [1], SamplingParams(max_new_tokens=4))
@@ -341,7 +362,9 @@ def test_sync_weights_after_an_optimizer_step(served, tiny_tokenizer):
     loss = -sum(
         torch.log_softmax(model(torch.tensor([r.prompt_ids + r.completion_ids])).logits[0], -1)[
             len(r.prompt_ids) - 1 : -1
-        ].gather(1, torch.tensor(r.completion_ids)[:, None]).sum()
+        ]
+        .gather(1, torch.tensor(r.completion_ids)[:, None])
+        .sum()
         for r in rows
     )
     loss.backward()

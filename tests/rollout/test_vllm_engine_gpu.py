@@ -90,8 +90,11 @@ def test_vllm_stop_strings(gpu_setup):
     engine, _ = gpu_setup
     (free,) = engine.generate(PROMPTS[1:2], [1], SamplingParams(temperature=0, max_new_tokens=24))[0]
     text = free.text
-    stop = next(text[i : i + 2] for i in range(2, len(text) - 1) if text[i : i + 2].isprintable()
-                and text.find(text[i : i + 2]) == i)
+    stop = next(
+        text[i : i + 2]
+        for i in range(2, len(text) - 1)
+        if text[i : i + 2].isprintable() and text.find(text[i : i + 2]) == i
+    )
     (r,) = engine.generate(PROMPTS[1:2], [1], SamplingParams(temperature=0, max_new_tokens=24, stop=(stop,)))[0]
     assert r.finish_reason == "stop" and r.text.endswith(stop)
     assert r.completion_ids == free.completion_ids[: len(r.completion_ids)]
@@ -108,8 +111,7 @@ def test_vllm_sync_weights(tmp_path, tiny_tokenizer, gpu_setup):
         params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=1)
         for rs in engine.generate(PROMPTS, [2, 2, 2], params):
             for r in rs:
-                torch.testing.assert_close(torch.tensor(r.logprobs), _reference_logprobs(other, r), rtol=0,
-                                           atol=2e-4)
+                torch.testing.assert_close(torch.tensor(r.logprobs), _reference_logprobs(other, r), rtol=0, atol=2e-4)
     finally:
         engine.sync_weights(served)  # the later tests compare against the served model
 

@@ -1,5 +1,6 @@
 """Tests of xrpo.sim.runner (`xrpo simulate` below the command line): mixture specs, the reader of rounds.jsonl,
 config validation, determinism, the per-method figures against their expectations, tables, sweeps and plots."""
+
 from __future__ import annotations
 
 import json
@@ -30,14 +31,17 @@ def test_parse_mixture():
     assert parse_mixture("0.25") == ([1.0], [0.25])
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("beta(1,2) + 0.5*0", "component 1 'beta\\(1,2\\)' needs a weight"),
-    ("0.5*0 + 0.4*1", "weights must sum to 1, got 0.5 \\+ 0.4 = 0.9"),
-    ("0.5*0 + 0.5*gamma(1,2)", "component 2 '0.5\\*gamma\\(1,2\\)' is not"),
-    ("0.5*1.5 + 0.5*0", "component 1 '0.5\\*1.5': a fixed success rate must lie in \\[0, 1\\]"),
-    ("beta(0,1)", "Beta parameters must be > 0"),
-    ("", "dist must be a mixture"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("beta(1,2) + 0.5*0", "component 1 'beta\\(1,2\\)' needs a weight"),
+        ("0.5*0 + 0.4*1", "weights must sum to 1, got 0.5 \\+ 0.4 = 0.9"),
+        ("0.5*0 + 0.5*gamma(1,2)", "component 2 '0.5\\*gamma\\(1,2\\)' is not"),
+        ("0.5*1.5 + 0.5*0", "component 1 '0.5\\*1.5': a fixed success rate must lie in \\[0, 1\\]"),
+        ("beta(0,1)", "Beta parameters must be > 0"),
+        ("", "dist must be a mixture"),
+    ],
+)
 def test_parse_mixture_errors_name_the_option_and_component(spec, match):
     with pytest.raises(ValueError, match="dist" if match.startswith("dist") else match):
         parse_mixture(spec)
@@ -51,24 +55,41 @@ def write_rounds(path, rows):
 
 
 def row(step, rnd, problems, alloc, successes):
-    return {"step": step, "round": rnd, "alloc": alloc, "problems": problems, "successes": successes, "seeded": [],
-            "flips": 0, "truncated": 0}
+    return {
+        "step": step,
+        "round": rnd,
+        "alloc": alloc,
+        "problems": problems,
+        "successes": successes,
+        "seeded": [],
+        "flips": 0,
+        "truncated": 0,
+    }
 
 
 def test_read_rounds_rates_pools_per_problem(tmp_path):
-    f = write_rounds(tmp_path / "rounds.jsonl", [
-        row(1, 0, ["a", "b"], [2, 2], [1, 0]), row(1, 1, ["a", "b"], [3, 1], [3, 0]),
-        row(2, 0, ["c", "a"], [4, 4], [4, 1]),
-        # step 3 logged, then redone after a resume (exact: the same rows again), then steps 2..3 redone once more
-        row(3, 0, ["b", "c"], [4, 4], [2, 0]), row(3, 1, ["b", "c"], [1, 1], [0, 0]),
-        row(3, 0, ["b", "c"], [4, 4], [2, 0]), row(3, 1, ["b", "c"], [1, 1], [0, 0]),
-        row(2, 0, ["c", "a"], [4, 4], [4, 1]),
-        row(3, 0, ["b", "c"], [4, 4], [2, 0]), row(3, 1, ["b", "c"], [1, 1], [0, 0]),
-        row(4, 0, ["d", "b"], [0, 4], [0, 1]),  # d got no rollout: not a prompt
-        # DAPO: two generation batches of one step, both round 0, then the same step redone
-        row(5, 0, ["e", "f"], [2, 2], [1, 1]), row(5, 0, ["g", "e"], [2, 2], [0, 1]),
-        row(5, 0, ["e", "f"], [2, 2], [1, 1]), row(5, 0, ["g", "e"], [2, 2], [0, 1]),
-    ])
+    f = write_rounds(
+        tmp_path / "rounds.jsonl",
+        [
+            row(1, 0, ["a", "b"], [2, 2], [1, 0]),
+            row(1, 1, ["a", "b"], [3, 1], [3, 0]),
+            row(2, 0, ["c", "a"], [4, 4], [4, 1]),
+            # step 3 logged, then redone after a resume (exact: the same rows again), then steps 2..3 redone once more
+            row(3, 0, ["b", "c"], [4, 4], [2, 0]),
+            row(3, 1, ["b", "c"], [1, 1], [0, 0]),
+            row(3, 0, ["b", "c"], [4, 4], [2, 0]),
+            row(3, 1, ["b", "c"], [1, 1], [0, 0]),
+            row(2, 0, ["c", "a"], [4, 4], [4, 1]),
+            row(3, 0, ["b", "c"], [4, 4], [2, 0]),
+            row(3, 1, ["b", "c"], [1, 1], [0, 0]),
+            row(4, 0, ["d", "b"], [0, 4], [0, 1]),  # d got no rollout: not a prompt
+            # DAPO: two generation batches of one step, both round 0, then the same step redone
+            row(5, 0, ["e", "f"], [2, 2], [1, 1]),
+            row(5, 0, ["g", "e"], [2, 2], [0, 1]),
+            row(5, 0, ["e", "f"], [2, 2], [1, 1]),
+            row(5, 0, ["g", "e"], [2, 2], [0, 1]),
+        ],
+    )
     # a run killed mid-write: a partial line, glued to the next row a resumed run appended, and a partial last line
     text = f.read_text().splitlines()
     f.write_text("\n".join(text[:-1] + ['{"step": 5, "rou' + text[-1], '{"step": 6, "round"']) + "\n")
@@ -91,16 +112,19 @@ def test_read_rounds_rates_pools_per_problem(tmp_path):
     rates, _ = read_rounds_rates(f, ":1")
     np.testing.assert_allclose(rates, [4 / 5, 0.0], rtol=0, atol=1e-15)
     # ICL-seeded rollouts do not count: b was seeded in step 1's round 1 (1 rollout, 0 successes), a was not
-    seeded = write_rounds(tmp_path / "seeded.jsonl", [row(1, 0, ["a", "b"], [2, 2], [1, 0]),
-                                                       {**row(1, 1, ["a", "b"], [3, 1], [3, 1]), "seeded": [1]}])
+    seeded = write_rounds(
+        tmp_path / "seeded.jsonl",
+        [row(1, 0, ["a", "b"], [2, 2], [1, 0]), {**row(1, 1, ["a", "b"], [3, 1], [3, 1]), "seeded": [1]}],
+    )
     rates, info = read_rounds_rates(seeded)
     np.testing.assert_allclose(rates, [4 / 5, 0.0], rtol=0, atol=1e-15)
     assert info["seeded_rollouts_excluded"] == 1
 
 
 def test_read_rounds_rates_refuses_files_without_per_prompt_successes(tmp_path):
-    legacy = write_rounds(tmp_path / "old.jsonl", [{"step": 1, "round": 0, "alloc": [4, 4], "seeded": [], "flips": 0,
-                                                    "truncated": 0}])
+    legacy = write_rounds(
+        tmp_path / "old.jsonl", [{"step": 1, "round": 0, "alloc": [4, 4], "seeded": [], "flips": 0, "truncated": 0}]
+    )
     with pytest.raises(ValueError, match="old.jsonl line 1 has no 'problems' / 'successes' field.*cannot be recovered"):
         read_rounds_rates(legacy)
     bad = tmp_path / "bad.jsonl"
@@ -147,21 +171,24 @@ def test_rounds_file_rates_raw_or_fitted(tmp_path):
         SimConfig(rounds_file=str(f), rounds_fit="raw")
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"rollouts": 40}, "rollouts must be >= n_base \\* prompts = 4 \\* 16 = 64, got 40"),
-    ({"n_base": 1}, "n_base must be >= 2"),
-    ({"rounds": 0}, "rounds=0 leaves 64 of rollouts=128 unallocated"),
-    ({"methods": ["uniform", "grpo"]}, "methods: unknown method 'grpo'; valid: cures, dapo, hrp"),
-    ({"methods": ["hrp", "hrp"]}, "lists a method twice"),
-    ({"steps": 1}, "steps must be >= 2"),
-    ({"alpha": 1.0}, "alpha must be in \\(0, 1\\)"),
-    ({"icl_add": 2.0}, "icl_add must be in \\[-1, 1\\]"),
-    ({"dist": "beta(1,1)", "rounds_file": "x"}, "give dist or rounds_file, not both"),
-    ({"rounds_steps": "1:2"}, "rounds_steps selects steps of rounds_file, which is not given"),
-    ({"concurrency": [8, 0]}, "concurrency must be a non-empty list of integers >= 1"),
-    ({"cures_pool": 4}, "cures_pool must be None or an integer >= prompts \\(16\\)"),
-    ({"oracle_min": 9}, "oracle_min must be None or an integer in \\[0, rollouts / prompts = 8\\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"rollouts": 40}, "rollouts must be >= n_base \\* prompts = 4 \\* 16 = 64, got 40"),
+        ({"n_base": 1}, "n_base must be >= 2"),
+        ({"rounds": 0}, "rounds=0 leaves 64 of rollouts=128 unallocated"),
+        ({"methods": ["uniform", "grpo"]}, "methods: unknown method 'grpo'; valid: cures, dapo, hrp"),
+        ({"methods": ["hrp", "hrp"]}, "lists a method twice"),
+        ({"steps": 1}, "steps must be >= 2"),
+        ({"alpha": 1.0}, "alpha must be in \\(0, 1\\)"),
+        ({"icl_add": 2.0}, "icl_add must be in \\[-1, 1\\]"),
+        ({"dist": "beta(1,1)", "rounds_file": "x"}, "give dist or rounds_file, not both"),
+        ({"rounds_steps": "1:2"}, "rounds_steps selects steps of rounds_file, which is not given"),
+        ({"concurrency": [8, 0]}, "concurrency must be a non-empty list of integers >= 1"),
+        ({"cures_pool": 4}, "cures_pool must be None or an integer >= prompts \\(16\\)"),
+        ({"oracle_min": 9}, "oracle_min must be None or an integer in \\[0, rollouts / prompts = 8\\]"),
+    ],
+)
 def test_config_errors_name_the_option(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SimConfig(**kwargs)
@@ -187,8 +214,9 @@ def test_simulate_is_deterministic_and_methods_do_not_disturb_each_other():
     assert m["uniform"]["vs_uniform"]["informative_share"] == {"ratio": 1.0, "ci": 0.0}
     for name in ("hrp", "dapo"):
         for k in ("informative_share", "groups_per_rollout"):
-            assert m[name]["vs_uniform"][k]["ratio"] == pytest.approx(m[name][k]["mean"] / m["uniform"][k]["mean"],
-                                                                      rel=1e-12)
+            assert m[name]["vs_uniform"][k]["ratio"] == pytest.approx(
+                m[name][k]["mean"] / m["uniform"][k]["mean"], rel=1e-12
+            )
     # DAPO generates more than one batch per step: per rollout generated it is compared at equal budget
     assert m["dapo"]["rollouts_generated"]["mean"] > 128 and m["hrp"]["rollouts_generated"]["mean"] == 128
 
@@ -245,6 +273,9 @@ def test_sweep_and_plots(tmp_path):
     with pytest.raises(ValueError, match="sweep n_base=40: rollouts must be >= n_base"):
         sweep(cfg, "n_base", [2, 40])
     res = simulate(cfg)
-    for path in (plot_methods(res, tmp_path / "m.png"), plot_latency(cfg, tmp_path / "l.png"),
-                 plot_sweep(sw, tmp_path / "s.png")):
+    for path in (
+        plot_methods(res, tmp_path / "m.png"),
+        plot_latency(cfg, tmp_path / "l.png"),
+        plot_sweep(sw, tmp_path / "s.png"),
+    ):
         assert path.read_bytes()[:8] == PNG

@@ -1,5 +1,6 @@
 """The study harness (study/run_study.py, study/study_report.py): statistics by hand, steps-to-target, the
 method check, the results document on synthetic runs, and resumability on a tiny real study."""
+
 from __future__ import annotations
 
 import json
@@ -107,8 +108,18 @@ def test_unknown_methods_are_listed_up_front(study_modules, capsys):
 
 def test_default_methods_name_the_paper_set(study_modules):
     study, _ = study_modules
-    assert set(study.DEFAULT_METHODS) >= {"grpo", "dapo", "gspo", "treepo", "cures", "xrpo", "xrpo-no-icl",
-                                          "xrpo-no-as", "xrpo-no-as-icl", "xrpo-no-hrp"}
+    assert set(study.DEFAULT_METHODS) >= {
+        "grpo",
+        "dapo",
+        "gspo",
+        "treepo",
+        "cures",
+        "xrpo",
+        "xrpo-no-icl",
+        "xrpo-no-as",
+        "xrpo-no-as-icl",
+        "xrpo-no-hrp",
+    }
     # every default method is a preset, so the default study starts; a list with one unknown name does not
     assert [m for m in study.DEFAULT_METHODS if m not in list_presets()] == []
     study.check_methods(list(study.DEFAULT_METHODS))
@@ -118,20 +129,33 @@ def test_default_methods_name_the_paper_set(study_modules):
 
 def test_overrides_of_the_study_settings_are_refused(study_modules, tmp_path, capsys):
     study, _ = study_modules
-    rc = study.main(["--methods", "grpo", "--config-overrides", "steps=5", "--plan", "--out", str(tmp_path)],
-                    log=lambda *_: None)
+    rc = study.main(
+        ["--methods", "grpo", "--config-overrides", "steps=5", "--plan", "--out", str(tmp_path)], log=lambda *_: None
+    )
     assert rc == 2 and "steps is set by the study for every run; use --steps" in capsys.readouterr().err
     cfg = tmp_path / "c.yaml"
     cfg.write_text("method:\n  name: xrpo\nrollout:\n  prompts_per_step: 8\n")
-    rc = study.main(["--methods", "grpo", "--config", str(cfg), "--plan", "--out", str(tmp_path)],
-                    log=lambda *_: None)
+    rc = study.main(["--methods", "grpo", "--config", str(cfg), "--plan", "--out", str(tmp_path)], log=lambda *_: None)
     assert rc == 2 and "sets method.name" in capsys.readouterr().err
 
 
 def test_every_method_gets_the_same_overrides_but_its_name(study_modules, tmp_path):
     study, _ = study_modules
-    args = study.parse_args(["--methods", "grpo", "xrpo", "--seeds", "3", "--eval-samples", "8", "--out",
-                             str(tmp_path), "--config-overrides", "data.n_heldout=50"])
+    args = study.parse_args(
+        [
+            "--methods",
+            "grpo",
+            "xrpo",
+            "--seeds",
+            "3",
+            "--eval-samples",
+            "8",
+            "--out",
+            str(tmp_path),
+            "--config-overrides",
+            "data.n_heldout=50",
+        ]
+    )
     specs = study.plan(args)
     assert [(s.method, s.seed) for s in specs] == [("grpo", 3), ("xrpo", 3)]
     strip = [[o for o in s.overrides if not o.startswith(("method.name=", "output="))] for s in specs]
@@ -146,8 +170,28 @@ def test_every_method_gets_the_same_overrides_but_its_name(study_modules, tmp_pa
 def test_gpu_config_builds_for_every_preset(study_modules, tmp_path):
     study, _ = study_modules
     path = str(Path(study.ROOT) / "configs" / "study_gpu.yaml")
-    args = study.parse_args(["--methods", *list_presets(), "--config", path, "--steps", "300", "--eval-every", "30",
-                             "--eval-samples", "32", "--eval-k", "1", "4", "8", "16", "32", "--out", str(tmp_path)])
+    args = study.parse_args(
+        [
+            "--methods",
+            *list_presets(),
+            "--config",
+            path,
+            "--steps",
+            "300",
+            "--eval-every",
+            "30",
+            "--eval-samples",
+            "32",
+            "--eval-k",
+            "1",
+            "4",
+            "8",
+            "16",
+            "32",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     study.check_overrides(args.config_overrides, args.config)
     for spec in study.plan(args):
         cfg = build_config(args.config, spec.overrides)
@@ -156,34 +200,87 @@ def test_gpu_config_builds_for_every_preset(study_modules, tmp_path):
 
 
 # ================================================================================================ the document
-def _fake_run(root: Path, method: str, seed: int, final: float, history: dict, *, step_s: float,
-              gen_batches: float | None = None, rounds: list[dict] | None = None, totals: dict | None = None):
+def _fake_run(
+    root: Path,
+    method: str,
+    seed: int,
+    final: float,
+    history: dict,
+    *,
+    step_s: float,
+    gen_batches: float | None = None,
+    rounds: list[dict] | None = None,
+    totals: dict | None = None,
+):
     d = root / method / f"seed{seed}"
     d.mkdir(parents=True)
-    cfg = to_dict(build_config(None, [f"method.name={method}", f"seed={seed}", "steps=20", "eval_samples=4",
-                                      "eval_k=[1, 4]", "rollout.prompts_per_step=4", "rollout.rollouts_per_step=32",
-                                      f"output={d}"]))
+    cfg = to_dict(
+        build_config(
+            None,
+            [
+                f"method.name={method}",
+                f"seed={seed}",
+                "steps=20",
+                "eval_samples=4",
+                "eval_k=[1, 4]",
+                "rollout.prompts_per_step=4",
+                "rollout.rollouts_per_step=32",
+                f"output={d}",
+            ],
+        )
+    )
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    ev = lambda p: {"eval/pass@1": p, "eval/pass@4": min(1.0, 2 * p), "eval/cons@4": p / 2,  # noqa: E731
-                    "eval/response_length_mean": 6.0, "eval/truncation_rate": 0.0}
+
+    def ev(p):
+        return {
+            "eval/pass@1": p,
+            "eval/pass@4": min(1.0, 2 * p),
+            "eval/cons@4": p / 2,
+            "eval/response_length_mean": 6.0,
+            "eval/truncation_rate": 0.0,
+        }
+
     hist = [{"step": s, **ev(v)} for s, v in sorted(history.items())] + [{"step": 20, **ev(final)}]
-    summary = {"method": method, "steps": 20, "heldout_before": ev(history[0]), "heldout_after": ev(final),
-               "pass@1_before": history[0], "pass@1_after": final, "eval_history": hist,
-               "xrpo": totals or {"planned_rounds": 0, "nonuniform_round_share": 0.0, "max_extra": 0.0,
-                                  "seeded_prompts": 0.0, "flips": 0.0, "sharpened": 0.0},
-               "wall_time_s": 100.0}
+    summary = {
+        "method": method,
+        "steps": 20,
+        "heldout_before": ev(history[0]),
+        "heldout_after": ev(final),
+        "pass@1_before": history[0],
+        "pass@1_after": final,
+        "eval_history": hist,
+        "xrpo": totals
+        or {
+            "planned_rounds": 0,
+            "nonuniform_round_share": 0.0,
+            "max_extra": 0.0,
+            "seeded_prompts": 0.0,
+            "flips": 0.0,
+            "sharpened": 0.0,
+        },
+        "wall_time_s": 100.0,
+    }
     (d / "summary.json").write_text(json.dumps(summary))
     rows = []
     for s in range(1, 21):
-        r = {"step": s, "rollout/count": 32.0, "loss/tokens": 200.0, "time/step": step_s,
-             "rollout/reward_mean": 0.5, "rollout/response_length_mean": 6.25}
+        r = {
+            "step": s,
+            "rollout/count": 32.0,
+            "loss/tokens": 200.0,
+            "time/step": step_s,
+            "rollout/reward_mean": 0.5,
+            "rollout/response_length_mean": 6.25,
+        }
         if gen_batches is not None:
             r["rollout/gen_batches"], r["rollout/kept_groups"] = gen_batches, 4.0
         rows.append(r)
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (rounds or [])))
-    (d / "study_run.json").write_text(json.dumps({"segments": [{"mode": "new", "rc": 0, "wall_s": 10 * step_s,
-                                                                "load1_start": 1.0, "load1_end": 1.5}]}))
+    (d / "study_run.json").write_text(
+        json.dumps(
+            {"segments": [{"mode": "new", "rc": 0, "wall_s": 10 * step_s, "load1_start": 1.0, "load1_end": 1.5}]}
+        )
+    )
 
 
 @pytest.fixture()
@@ -195,14 +292,20 @@ def fake_study(tmp_path):
     xr_rounds = []
     for s in range(1, 21):
         # prompt 1 is seeded in both rounds of every step: one seeded prompt-step per step
-        xr_rounds += [{"step": s, "round": 0, "alloc": [4, 4, 4, 4], "seeded": [], "flips": 0},
-                      {"step": s, "round": 1, "alloc": [5, 0, 2, 1], "seeded": [1], "flips": 0,
-                       "nonuniform": True},
-                      {"step": s, "round": 2, "alloc": [2, 2, 2, 2], "seeded": [1], "flips": 0,
-                       "nonuniform": False}]
+        xr_rounds += [
+            {"step": s, "round": 0, "alloc": [4, 4, 4, 4], "seeded": [], "flips": 0},
+            {"step": s, "round": 1, "alloc": [5, 0, 2, 1], "seeded": [1], "flips": 0, "nonuniform": True},
+            {"step": s, "round": 2, "alloc": [2, 2, 2, 2], "seeded": [1], "flips": 0, "nonuniform": False},
+        ]
     xr_rounds += xr_rounds[-3:]  # step 20 logged twice (a resumed run redoing it): counted once
-    totals = {"planned_rounds": 40, "nonuniform_round_share": 0.5, "max_extra": 5.0, "seeded_prompts": 40.0,
-              "flips": 5.0, "sharpened": 7.0}
+    totals = {
+        "planned_rounds": 40,
+        "nonuniform_round_share": 0.5,
+        "max_extra": 5.0,
+        "seeded_prompts": 40.0,
+        "flips": 5.0,
+        "sharpened": 7.0,
+    }
     for seed, final, mid in zip((0, 1, 2), (0.15, 0.25, 0.35), (0.20, 0.25, 0.30)):
         _fake_run(out, "xrpo", seed, final, {0: 0.05, 10: mid}, step_s=1.5, rounds=xr_rounds, totals=totals)
     _fake_run(out, "dapo", 0, 0.12, {0: 0.05, 10: 0.06}, step_s=2.0, gen_batches=3.0)
@@ -244,8 +347,9 @@ def test_aggregate_and_markdown_on_synthetic_runs(study_modules, fake_study):
     assert M["dapo"]["generated_tokens"]["n"] == 0
     assert M["grpo"]["generated_tokens"]["mean"] == 4000
 
-    md = rep.render_markdown(agg, {"methods": ["grpo", "dapo", "xrpo"], "setup_lines": ["x"]},
-                             {"curves": "results/curves_pass1.png"})
+    md = rep.render_markdown(
+        agg, {"methods": ["grpo", "dapo", "xrpo"], "setup_lines": ["x"]}, {"curves": "results/curves_pass1.png"}
+    )
     # GRPO pass@1 .1/.2/.3: 20.00 ± 24.84 (see test_mean_ci_hand); XRPO .15/.25/.35: 25.00 ± 24.84, best: bold
     assert "| GRPO | 20.00 ± 24.84 | 40.00 ± 49.68 | 10.00 ± 12.42 |" in md
     assert "| XRPO | **25.00 ± 24.84** | **50.00 ± 49.68** | **12.50 ± 12.42** |" in md
@@ -277,8 +381,10 @@ def test_write_report_keeps_the_hand_written_text(study_modules, fake_study, tmp
     _, rep = study_modules
     doc = tmp_path / "docs" / "results.md"
     doc.parent.mkdir()
-    doc.write_text(f"# Results\n\nhand-written header\n\n{rep.BEGIN}\nnot yet run\n{rep.END}\n\n## Interpretation\n"
-                   "hand-written tail\n")
+    doc.write_text(
+        f"# Results\n\nhand-written header\n\n{rep.BEGIN}\nnot yet run\n{rep.END}\n\n## Interpretation\n"
+        "hand-written tail\n"
+    )
     runs = rep.load_runs(fake_study, ["grpo", "xrpo"], [0, 1, 2])
     figs = rep.write_report(doc, rep.aggregate(runs), {"methods": ["grpo", "xrpo"], "setup_lines": []})
     text = doc.read_text()
@@ -303,9 +409,29 @@ def test_study_runs_resumes_and_skips_finished_runs(study_modules, study_env, tm
     out, doc = tmp_path / "runs", tmp_path / "doc" / "results.md"
 
     def args(steps: int = 2) -> list[str]:
-        return ["--methods", "grpo", "xrpo", "--seeds", "0", "--steps", str(steps), "--eval-every", "1",
-                "--eval-samples", "2", "--eval-k", "1", "2", "--out", str(out), "--doc", str(doc),
-                "--config-overrides", *study_env["overrides"], "rollout.rollouts_per_step=32"]
+        return [
+            "--methods",
+            "grpo",
+            "xrpo",
+            "--seeds",
+            "0",
+            "--steps",
+            str(steps),
+            "--eval-every",
+            "1",
+            "--eval-samples",
+            "2",
+            "--eval-k",
+            "1",
+            "2",
+            "--out",
+            str(out),
+            "--doc",
+            str(doc),
+            "--config-overrides",
+            *study_env["overrides"],
+            "rollout.rollouts_per_step=32",
+        ]
 
     argv = args()
     lines: list[str] = []

@@ -1,5 +1,6 @@
 """Fixtures for trainer tests: a tiny model saved to disk (the trainer loads models by path, as for real ones),
 small problem files, and a user verifier module with mixed rewards for a random model."""
+
 from __future__ import annotations
 
 import json
@@ -13,33 +14,33 @@ from xrpo.models.tiny import build_tiny_model, build_tiny_tokenizer
 
 # reward 1 when the completion has an even number of characters: a random model gets mixed rewards, so advantages
 # are non-zero and every parameter receives gradient (with the math verifier a random model scores 0 everywhere)
-PARITY = textwrap.dedent('''
+PARITY = textwrap.dedent("""
     from xrpo.rewards import VerifyResult
 
     def verify(completion, reference):
         return VerifyResult(score=float(len(completion) % 2 == 0), answer=str(len(completion) % 2))
-''')
+""")
 
 
 # The task the direction tests train on: the tiny random model must learn to end its answer with an ASCII letter or
 # digit. About 37% of its first samples do (measured on this fixture's model), the target depends on no fact the
 # model would have to know, and it is the model's output distribution itself that has to move: every method learns
 # it in a few steps, and a loss of the wrong sign visibly unlearns it.
-ENDS_ALNUM = textwrap.dedent('''
+ENDS_ALNUM = textwrap.dedent("""
     from xrpo.rewards import VerifyResult
 
     def verify(completion, reference):
         last = completion.rstrip()[-1:]
         return VerifyResult(score=float(last.isascii() and last.isalnum()), answer=last)
-''')
+""")
 
 # rewards every completion, blank ones included (the guard for blank correct rollouts)
-ALWAYS = textwrap.dedent('''
+ALWAYS = textwrap.dedent("""
     from xrpo.rewards import VerifyResult
 
     def verify(completion, reference):
         return VerifyResult(score=1.0, answer=completion)
-''')
+""")
 
 
 @pytest.fixture(scope="session")
@@ -55,32 +56,52 @@ def trainer_env(tmp_path_factory):
     train = root / "train.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in rows))
     held = root / "heldout.jsonl"
-    held.write_text("".join(json.dumps({"id": f"h{i}", "problem": f"{i} + 3 = ?", "answer": str(i + 3)}) + "\n"
-                            for i in range(4)))
+    held.write_text(
+        "".join(json.dumps({"id": f"h{i}", "problem": f"{i} + 3 = ?", "answer": str(i + 3)}) + "\n" for i in range(4))
+    )
     (root / "parity_verifier.py").write_text(PARITY)
     (root / "ends_alnum_verifier.py").write_text(ENDS_ALNUM)
     (root / "always_verifier.py").write_text(ALWAYS)
     learn_held = root / "learn_heldout.jsonl"
     # unseen prompts of the training prompts' form (those are i + (i + 1) for i < 24)
-    learn_held.write_text("".join(json.dumps({"id": f"h{i}", "problem": f"{i} + {i + 1} = ?", "answer": str(2 * i + 1)})
-                                  + "\n" for i in range(24, 32)))
+    learn_held.write_text(
+        "".join(
+            json.dumps({"id": f"h{i}", "problem": f"{i} + {i + 1} = ?", "answer": str(2 * i + 1)}) + "\n"
+            for i in range(24, 32)
+        )
+    )
     sys.path.insert(0, str(root))
     env = {"root": root, "model": model_dir, "train": train, "heldout": held, "learn_heldout": learn_held}
     env["overrides"] = lambda out, method="xrpo", steps=1: base_overrides(env, out, method, steps)
-    env["learn_overrides"] = lambda out, method="xrpo", steps=16, seed=0: learn_overrides(env, out, method, steps,
-                                                                                           seed)
+    env["learn_overrides"] = lambda out, method="xrpo", steps=16, seed=0: learn_overrides(env, out, method, steps, seed)
     yield env
     sys.path.remove(str(root))
 
 
 def base_overrides(env, out, method="xrpo", steps=1):
     return [
-        f"output={out}", f"steps={steps}", f"method.name={method}", f"model.path={env['model']}",
-        f"data.train={env['train']}", f"data.heldout={env['heldout']}", "data.verifier=parity_verifier:verify",
-        "rollout.prompts_per_step=4", "rollout.rollouts_per_step=16", "method.n_base=2",
-        "rollout.max_new_tokens=6", "rollout.embedder=hash", "eval_samples=2", "eval_k=[1,2]", "eval_every=0",
-        "save_every=0", "log_samples_every=0", "progress=false", "tensorboard=false", "optim.lr=1e-2",
-        "optim.micro_batch_tokens=64", "data.prompt_template=Q: {prompt}\nA:",
+        f"output={out}",
+        f"steps={steps}",
+        f"method.name={method}",
+        f"model.path={env['model']}",
+        f"data.train={env['train']}",
+        f"data.heldout={env['heldout']}",
+        "data.verifier=parity_verifier:verify",
+        "rollout.prompts_per_step=4",
+        "rollout.rollouts_per_step=16",
+        "method.n_base=2",
+        "rollout.max_new_tokens=6",
+        "rollout.embedder=hash",
+        "eval_samples=2",
+        "eval_k=[1,2]",
+        "eval_every=0",
+        "save_every=0",
+        "log_samples_every=0",
+        "progress=false",
+        "tensorboard=false",
+        "optim.lr=1e-2",
+        "optim.micro_batch_tokens=64",
+        "data.prompt_template=Q: {prompt}\nA:",
     ]
 
 
@@ -88,12 +109,29 @@ def learn_overrides(env, out, method="xrpo", steps=16, seed=0):
     """The ends-with-alnum task: 8 prompts x 64 rollouts of at most 3 tokens per step, held-out pass@1 over 8 unseen
     prompts x 16 samples; fewshot ICL prompts (the random model cannot read the paper's XML template)."""
     return [
-        f"output={out}", f"steps={steps}", f"method.name={method}", f"seed={seed}", f"model.path={env['model']}",
-        f"data.train={env['train']}", f"data.heldout={env['learn_heldout']}",
-        "data.verifier=ends_alnum_verifier:verify", "data.prompt_template=Q: {prompt}\nA:",
-        "rollout.prompts_per_step=8", "rollout.rollouts_per_step=64", "method.n_base=4", "rollout.max_new_tokens=3",
-        "rollout.embedder=hash", "rollout.icl_style=fewshot", "eval_samples=16", "eval_k=[1]", "eval_every=0",
-        "save_every=0", "log_samples_every=0", "progress=false", "tensorboard=false", "optim.lr=1e-2",
+        f"output={out}",
+        f"steps={steps}",
+        f"method.name={method}",
+        f"seed={seed}",
+        f"model.path={env['model']}",
+        f"data.train={env['train']}",
+        f"data.heldout={env['learn_heldout']}",
+        "data.verifier=ends_alnum_verifier:verify",
+        "data.prompt_template=Q: {prompt}\nA:",
+        "rollout.prompts_per_step=8",
+        "rollout.rollouts_per_step=64",
+        "method.n_base=4",
+        "rollout.max_new_tokens=3",
+        "rollout.embedder=hash",
+        "rollout.icl_style=fewshot",
+        "eval_samples=16",
+        "eval_k=[1]",
+        "eval_every=0",
+        "save_every=0",
+        "log_samples_every=0",
+        "progress=false",
+        "tensorboard=false",
+        "optim.lr=1e-2",
         "optim.micro_batch_tokens=256",
     ]
 
@@ -116,11 +154,18 @@ class LossSpy:
             def spy(logprobs, old_logprobs, advantages, mask, **kw):
                 loss, metrics = vanilla(logprobs, old_logprobs, advantages, mask, **kw)
                 (grad,) = torch.autograd.grad(loss, logprobs, retain_graph=True)
-                POLICY_LOSSES[self.name].sink.append({
-                    "lp": logprobs.detach().clone(), "old": old_logprobs.detach().clone(),
-                    "adv": advantages.detach().clone(), "mask": mask.detach().bool().clone(),
-                    "grad": grad.detach().clone(), "loss": float(loss.detach()), "metrics": metrics, **kw,
-                })
+                POLICY_LOSSES[self.name].sink.append(
+                    {
+                        "lp": logprobs.detach().clone(),
+                        "old": old_logprobs.detach().clone(),
+                        "adv": advantages.detach().clone(),
+                        "mask": mask.detach().bool().clone(),
+                        "grad": grad.detach().clone(),
+                        "loss": float(loss.detach()),
+                        "metrics": metrics,
+                        **kw,
+                    }
+                )
                 return loss, metrics
 
             register_policy_loss(self.name)(spy)

@@ -53,20 +53,53 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
     for section in knobs.METHOD_SECTIONS:
         assert issubclass(MethodConfig, section)
     assert issubclass(RolloutConfig, knobs.ICLPromptConfig) and issubclass(TreeConfig, knobs.TreePOConfig)
-    for section in (knobs.AdvantageConfig, knobs.AllocationConfig, knobs.ICLConfig, knobs.ICLPromptConfig,
-                    knobs.SharpenConfig):
+    for section in (
+        knobs.AdvantageConfig,
+        knobs.AllocationConfig,
+        knobs.ICLConfig,
+        knobs.ICLPromptConfig,
+        knobs.SharpenConfig,
+    ):
         assert issubclass(PlanConfig, section)
     # and every field the planner shares with the trainer reaches it: the cures preset with every knob changed
-    cfg = build_config(None, ["method.name=cures", "method.lam_nov=3", "method.kappa_clip=0.25", "method.n_base=3",
-                              "method.max_extra_per_prompt=5", "method.full_reward=0.9",
-                              "rollout.icl_min_similarity=0.2",
-                              "rollout.icl_train_prompt=icl", "method.adv_scale=none", "method.tree_max_depth=3"])
+    cfg = build_config(
+        None,
+        [
+            "method.name=cures",
+            "method.lam_nov=3",
+            "method.kappa_clip=0.25",
+            "method.n_base=3",
+            "method.max_extra_per_prompt=5",
+            "method.full_reward=0.9",
+            "rollout.icl_min_similarity=0.2",
+            "rollout.icl_train_prompt=icl",
+            "method.adv_scale=none",
+            "method.tree_max_depth=3",
+        ],
+    )
     p = plan_config(cfg)
     assert (p.allocation, p.lam_nov, p.kappa_clip, p.n_base, p.max_extra_per_prompt, p.full_reward) == (
-        "cures", 3.0, 0.25, 3, 5, 0.9)
+        "cures",
+        3.0,
+        0.25,
+        3,
+        5,
+        0.9,
+    )
     assert (p.icl_min_similarity, p.icl_train_prompt, p.adv_scale, p.icl) == (0.2, "icl", "none", False)
-    ctx = SourceContext(problems=[], engine=None, verifier=None, renderer=None, plan=p, prompts_per_step=1,
-                        temperature=1.0, top_p=1.0, max_new_tokens=4, stop=(), seed=0)
+    ctx = SourceContext(
+        problems=[],
+        engine=None,
+        verifier=None,
+        renderer=None,
+        plan=p,
+        prompts_per_step=1,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=4,
+        stop=(),
+        seed=0,
+    )
     tree = TreeSource(ctx, cfg.method).tree
     assert tree.tree_max_depth == 3 and tree.rollouts_per_step == cfg.rollout.rollouts_per_step
 
@@ -92,34 +125,37 @@ def test_round_trip():
     assert cfg.data.prompt_template == "Q: {prompt}\nA:"
 
 
-@pytest.mark.parametrize("override, match", [
-    ("stepz=3", "unknown config key 'stepz'"),
-    ("optim.lrr=3", r"optim has fields \[.*'lr'"),
-    ("foo.bar=1", "SECTION.FIELD"),
-    ("steps=abc", "config field steps expects int"),
-    ("method.icl=maybe", "expects true/false"),
-    ("method.n_base=1", "method.n_base must be >= 2"),
-    ("method.alpha=1.5", r"method.alpha=1.5: alpha is the significance level"),
-    # the paper's sensitivity table writes the confidence level as alpha: 0.95 means alpha = 0.05
-    ("method.alpha=0.95", r"must lie in \(0, 0.5\).*alpha = 0.95 there is alpha = 0.05 here"),
-    ("method.alpha=0.5", r"must lie in \(0, 0.5\)"),
-    ("rollout.temperature=0", r"rollout.temperature must be > 0"),
-    ("rollout.temperature=0.7 & optim.old_logprobs=reuse", "optim.old_logprobs must be auto or recompute"),
-    ("method.icl_novelty=both", "method.icl_novelty must be one of train, sample or exclude"),
-    ("method.lam=true", "config field method.lam expects float, got True"),
-    ("eval_k=[1,a]", r"config field eval_k expects list\[int\]"),
-    ("method.max_extra_per_prompt=-1", "method.max_extra_per_prompt must be >= 0 or null"),
-    ("method.alloc_mode=random", "method.alloc_mode must be one of proportional or greedy"),
-    ("method.allocation=cures & method.icl=true", "method.icl must be false with allocation=cures"),
-    ("rollout.icl_train_prompt=both", "rollout.icl_train_prompt must be one of original or icl"),
-    ("method.sampler=tree", "method.allocation must be uniform with method.sampler=tree"),
-    ("rollout.rollouts_per_step=10", "must be >= method.n_base x rollout.prompts_per_step = 64"),
-    ("method.name=nope", "unknown"),
-    ("eval_k=[1,64]", "every k must be in"),
-    ("optim.schedule=linear", "optim.schedule must be constant or cosine"),
-    ("data.prompt_template=no placeholder", "must contain {prompt}"),
-    ("novalue", "not of the form key=value"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("stepz=3", "unknown config key 'stepz'"),
+        ("optim.lrr=3", r"optim has fields \[.*'lr'"),
+        ("foo.bar=1", "SECTION.FIELD"),
+        ("steps=abc", "config field steps expects int"),
+        ("method.icl=maybe", "expects true/false"),
+        ("method.n_base=1", "method.n_base must be >= 2"),
+        ("method.alpha=1.5", r"method.alpha=1.5: alpha is the significance level"),
+        # the paper's sensitivity table writes the confidence level as alpha: 0.95 means alpha = 0.05
+        ("method.alpha=0.95", r"must lie in \(0, 0.5\).*alpha = 0.95 there is alpha = 0.05 here"),
+        ("method.alpha=0.5", r"must lie in \(0, 0.5\)"),
+        ("rollout.temperature=0", r"rollout.temperature must be > 0"),
+        ("rollout.temperature=0.7 & optim.old_logprobs=reuse", "optim.old_logprobs must be auto or recompute"),
+        ("method.icl_novelty=both", "method.icl_novelty must be one of train, sample or exclude"),
+        ("method.lam=true", "config field method.lam expects float, got True"),
+        ("eval_k=[1,a]", r"config field eval_k expects list\[int\]"),
+        ("method.max_extra_per_prompt=-1", "method.max_extra_per_prompt must be >= 0 or null"),
+        ("method.alloc_mode=random", "method.alloc_mode must be one of proportional or greedy"),
+        ("method.allocation=cures & method.icl=true", "method.icl must be false with allocation=cures"),
+        ("rollout.icl_train_prompt=both", "rollout.icl_train_prompt must be one of original or icl"),
+        ("method.sampler=tree", "method.allocation must be uniform with method.sampler=tree"),
+        ("rollout.rollouts_per_step=10", "must be >= method.n_base x rollout.prompts_per_step = 64"),
+        ("method.name=nope", "unknown"),
+        ("eval_k=[1,64]", "every k must be in"),
+        ("optim.schedule=linear", "optim.schedule must be constant or cosine"),
+        ("data.prompt_template=no placeholder", "must contain {prompt}"),
+        ("novalue", "not of the form key=value"),
+    ],
+)
 def test_bad_values_name_the_field(override, match):
     with pytest.raises(ValueError, match=match):
         build_config(None, override.split(" & "))

@@ -1,5 +1,6 @@
 """CurES end to end on the tiny model: a 2-step run spends exactly the budget each step and trains; a run stopped
 after a checkpoint resumes with the same posterior and draws the same prompts as the uninterrupted run."""
+
 from __future__ import annotations
 
 import json
@@ -112,12 +113,17 @@ def test_resume_without_the_sources_state_names_the_checkpoint(trainer_env, tmp_
     from xrpo.trainer.checkpoint import CheckpointError
 
     out = tmp_path / "c"
-    train(build_config(None, trainer_env["overrides"](out, "cures", steps=1) + ["method.cures_warmup_rollouts=0"]),
-          log=quiet)
+    train(
+        build_config(None, trainer_env["overrides"](out, "cures", steps=1) + ["method.cures_warmup_rollouts=0"]),
+        log=quiet,
+    )
     path = list_checkpoints(out)[-1] / "state.json"
     state = json.loads(path.read_text())
     del state["cures"]
     path.write_text(json.dumps(state))
-    with pytest.raises(CheckpointError, match=r"step-00000001 does not hold this method's batch source state: .*"
-                                              r"no CurES state"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"step-00000001 does not hold this method's batch source state: .*"
+        r"no CurES state",
+    ):
         train(None, resume=str(out), log=quiet)

@@ -20,6 +20,7 @@ and without learning, lr 1e-9, 3 seeds):
 
 The margins (0.08) are about two thirds of the smallest gain measured over presets and seeds.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -80,9 +81,14 @@ def _train_prompt_reward(model_dir: Path, env) -> float:
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tok = AutoTokenizer.from_pretrained(model_dir)
     renderer = PromptRenderer(tok, prompt_template="Q: {prompt}\nA:")
-    m, _ = sample_and_score(load_problems(str(env["train"])), HFEngine(model, tok),
-                            get_verifier("ends_alnum_verifier:verify"), renderer, n=8,
-                            sampling=SamplingParams(max_new_tokens=3, seed=1234))
+    m, _ = sample_and_score(
+        load_problems(str(env["train"])),
+        HFEngine(model, tok),
+        get_verifier("ends_alnum_verifier:verify"),
+        renderer,
+        n=8,
+        sampling=SamplingParams(max_new_tokens=3, seed=1234),
+    )
     return m["eval/pass@1"]
 
 

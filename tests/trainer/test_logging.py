@@ -1,4 +1,5 @@
 """rewind_records on hand-written records: what a resume from checkpoint step k keeps, sets aside, and refuses."""
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,11 @@ def test_rows_after_the_checkpoint_are_set_aside_verbatim(run):
     assert [r["step"] for r in got["discarded"]["metrics.jsonl"]] == [4, 5]
     # the final validation at the checkpoint's own step was not in the checkpoint: set aside
     assert [r["step"] for r in got["discarded"]["eval.jsonl"]] == [3]
-    assert logs == ["records brought back to step 3: set aside 2 rows of metrics.jsonl, 4 rows of rounds.jsonl, "
-                    "2 rows of samples.jsonl, 1 row of eval.jsonl (steps 4-5), written after the checkpoint; kept "
-                    "in *.discarded.jsonl"]
+    assert logs == [
+        "records brought back to step 3: set aside 2 rows of metrics.jsonl, 4 rows of rounds.jsonl, "
+        "2 rows of samples.jsonl, 1 row of eval.jsonl (steps 4-5), written after the checkpoint; kept "
+        "in *.discarded.jsonl"
+    ]
 
     # a second resume from the same checkpoint finds nothing more to set aside
     again = rewind_records(run, 3, history, log=quiet)
@@ -89,10 +92,13 @@ def test_a_line_cut_short_by_the_kill_is_set_aside(run):
     assert got["discarded"]["metrics.jsonl"] == []
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("not json", r"samples\.jsonl line 2: not valid JSON"),
-    ('{"problem": "p"}', r"samples\.jsonl line 2: expected a JSON object with an integer 'step'"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("not json", r"samples\.jsonl line 2: not valid JSON"),
+        ('{"problem": "p"}', r"samples\.jsonl line 2: expected a JSON object with an integer 'step'"),
+    ],
+)
 def test_a_bad_line_is_refused_before_any_record_changes(run, bad, match):
     lines = (run / "samples.jsonl").read_text().splitlines()
     (run / "samples.jsonl").write_text("\n".join([lines[0], bad] + lines[1:]) + "\n")
@@ -119,7 +125,11 @@ def test_later_checkpoints_and_a_stale_summary_are_set_aside(run):
     (run / "summary.json").write_text('{"steps": 5}')
     rewind_records(run, 3, [{"step": 0}, {"step": 2}], log=quiet)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "discarded-step-00000004", "discarded-step-00000005", "discarded-step-00000005-2", "step-00000003"]
+        "discarded-step-00000004",
+        "discarded-step-00000005",
+        "discarded-step-00000005-2",
+        "step-00000003",
+    ]
     assert not (run / "summary.json").exists()
     assert json.loads((run / "summary.discarded.json").read_text()) == {"steps": 5}
 
@@ -145,16 +155,18 @@ def test_tensorboard_events_after_the_checkpoint_are_set_aside(run):
     assert got["tb_events"] == 4
     acc = EventAccumulator(str(tb))
     acc.Reload()
-    assert [(e.step, round(e.value, 6)) for e in acc.Scalars("rollout/reward_mean")] == [(1, .1), (2, .2), (3, .3)]
+    assert [(e.step, round(e.value, 6)) for e in acc.Scalars("rollout/reward_mean")] == [(1, 0.1), (2, 0.2), (3, 0.3)]
     assert [e.step for e in acc.Scalars("eval/pass@1")] == [0, 2]
     assert [e.step for e in acc.Scalars("time/validate")] == [0, 2]
     discarded = Counter()
     for rec in RawEventFileLoader(str(tb / "discarded-events.tfrecord")).Load():
         discarded.update((Event.FromString(rec).step, v.tag) for v in Event.FromString(rec).summary.value)
-    assert discarded == Counter({(4, "rollout/reward_mean"): 1, (5, "rollout/reward_mean"): 1,
-                                 (3, "eval/pass@1"): 1, (3, "time/validate"): 1})
-    assert sorted(p.name for p in tb.iterdir() if "tfevents" in p.name) == [next(
-        p.name for p in tb.iterdir() if p.name.startswith("events.out"))]  # rewritten in place, no stray file
+    assert discarded == Counter(
+        {(4, "rollout/reward_mean"): 1, (5, "rollout/reward_mean"): 1, (3, "eval/pass@1"): 1, (3, "time/validate"): 1}
+    )
+    assert sorted(p.name for p in tb.iterdir() if "tfevents" in p.name) == [
+        next(p.name for p in tb.iterdir() if p.name.startswith("events.out"))
+    ]  # rewritten in place, no stray file
 
 
 def test_a_resumed_logger_writes_after_the_old_event_files_and_marks_the_restart(run):
@@ -192,16 +204,31 @@ def test_segments_of_a_checkpoint_without_them_come_from_the_logs(run):
     from xrpo.trainer.config import TrainConfig
     from xrpo.trainer.logging import RunLogger
 
-    logger = RunLogger(run, TrainConfig(tensorboard=False, progress=False),
-                       resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}]}, log=quiet)
+    logger = RunLogger(
+        run,
+        TrainConfig(tensorboard=False, progress=False),
+        resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}]},
+        log=quiet,
+    )
     segs = logger.run_totals(3)["segments"]
     logger.close({"method": "x", "steps": 3, "wall_time_s": 0.0, "output": str(run)})
     # kept steps 1-3: time 3 x 0.5, rollouts 3 x 16, tokens 41 + 42 + 43
-    assert segs[0] == {"start_step": 0, "end_step": 3, "wall_time_s": 1.5, "steps": 3, "rollouts": 48.0,
-                       "tokens": 126.0, "estimated_from_logs": True}
+    assert segs[0] == {
+        "start_step": 0,
+        "end_step": 3,
+        "wall_time_s": 1.5,
+        "steps": 3,
+        "rollouts": 48.0,
+        "tokens": 126.0,
+        "estimated_from_logs": True,
+    }
     # set aside: steps 4, 5 (2 x 0.5 s, 2 x 16 rollouts, 44 + 45 tokens) and the validation at 3 (0.25 s)
     assert {k: v for k, v in segs[1].items() if k.startswith("discarded_")} == {
-        "discarded_steps": 2, "discarded_time_s": 1.25, "discarded_rollouts": 32.0, "discarded_tokens": 89.0}
+        "discarded_steps": 2,
+        "discarded_time_s": 1.25,
+        "discarded_rollouts": 32.0,
+        "discarded_tokens": 89.0,
+    }
     assert (segs[1]["start_step"], segs[1]["steps"]) == (3, 0)
 
 
@@ -213,14 +240,21 @@ def test_summary_totals_count_work_set_aside_by_every_resume(run):
 
     write(run / "metrics.discarded.jsonl", [metrics_row(4), metrics_row(5)])  # the first resume's
     seg1 = {"start_step": 0, "end_step": 3, "wall_time_s": 9.0, "steps": 3, "rollouts": 48.0, "tokens": 126.0}
-    logger = RunLogger(run, TrainConfig(tensorboard=False, progress=False),
-                       resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}], "segments": [seg1]},
-                       log=quiet)
+    logger = RunLogger(
+        run,
+        TrainConfig(tensorboard=False, progress=False),
+        resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}], "segments": [seg1]},
+        log=quiet,
+    )
     totals = logger.run_totals(3)
     logger.close({"method": "x", "steps": 3, "wall_time_s": 0.0, "output": str(run)})
     assert totals["num_segments"] == 2 and totals["segments"][0] == seg1
     assert totals["segments"][1]["discarded_steps"] == 2  # what this resume set aside
     # all set-aside rows: steps 4, 5 twice (4 x 0.5 s, 4 x 16 rollouts, 2 x (44 + 45) tokens) + the validation at 3
     assert {k: v for k, v in totals.items() if k.startswith("discarded_")} == {
-        "discarded_steps": 4, "discarded_time_s": 2.25, "discarded_rollouts": 64.0, "discarded_tokens": 178.0}
+        "discarded_steps": 4,
+        "discarded_time_s": 2.25,
+        "discarded_rollouts": 64.0,
+        "discarded_tokens": 178.0,
+    }
     assert totals["wall_time_s"] == pytest.approx(9.0 + totals["segments"][1]["wall_time_s"], rel=1e-12)

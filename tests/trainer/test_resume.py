@@ -1,5 +1,6 @@
 """A resumed run is one run: `xrpo train` killed with SIGKILL between checkpoints (twice), then resumed, leaves each
 record with every step once, curves equal to an uninterrupted run's, and a summary that counts every segment."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -72,8 +73,10 @@ def kill_between_checkpoints(cmd: list[str], out: Path, env: dict, after: int) -
                     return k, s
                 proc.send_signal(signal.SIGCONT)
             time.sleep(0.01)
-        raise AssertionError(f"not killed between checkpoints (exit {proc.poll()}): "
-                             f"{proc.stderr.read().decode()[-2000:] if proc.poll() is not None else 'timeout'}")
+        raise AssertionError(
+            f"not killed between checkpoints (exit {proc.poll()}): "
+            f"{proc.stderr.read().decode()[-2000:] if proc.poll() is not None else 'timeout'}"
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -124,8 +127,13 @@ def overrides(trainer_env):
     ov = trainer_env["overrides"](None, "xrpo", steps=STEPS)
     # bit-exact equality needs the same number of torch threads in the killed subprocesses and in this process
     return [o for o in ov if not o.startswith("output=")] + [
-        f"save_every={SAVE_EVERY}", "keep_last=10", "method.kl_coef=0.01", "threads=1", f"eval_every={EVAL_EVERY}",
-        "log_samples_every=1", f"tensorboard={str(HAS_TB).lower()}",
+        f"save_every={SAVE_EVERY}",
+        "keep_last=10",
+        "method.kl_coef=0.01",
+        "threads=1",
+        f"eval_every={EVAL_EVERY}",
+        "log_samples_every=1",
+        f"tensorboard={str(HAS_TB).lower()}",
     ]
 
 
@@ -190,7 +198,8 @@ def test_killed_twice_and_resumed_is_one_run(trainer_env, tmp_path, overrides):
     assert [s.get("discarded_steps", 0) for s in segs] == [0, s1 - k1, s2 - k2]
     gone_evals = rows(out / "eval.discarded.jsonl")
     assert summary["discarded_time_s"] == pytest.approx(
-        sum(r["time/step"] for r in gone) + sum(r["time/validate"] for r in gone_evals), rel=1e-9)
+        sum(r["time/step"] for r in gone) + sum(r["time/validate"] for r in gone_evals), rel=1e-9
+    )
     assert summary["discarded_time_s"] > 0
     assert summary["discarded_steps"] == len(gone) == (s1 - k1) + (s2 - k2)
     assert summary["discarded_rollouts"] == sum(r["rollout/count"] for r in gone)
@@ -269,14 +278,22 @@ def test_a_new_run_into_a_finished_runs_directory_is_refused(trainer_env, tmp_pa
 
 def test_resume_from_an_earlier_checkpoint_sets_the_later_ones_aside(trainer_env, tmp_path, overrides):
     out = tmp_path / "back"
-    ov = [o for o in overrides if not o.startswith(("steps=", "save_every="))] + ["steps=3", "save_every=1",
-                                                                                 f"output={out}"]
+    ov = [o for o in overrides if not o.startswith(("steps=", "save_every="))] + [
+        "steps=3",
+        "save_every=1",
+        f"output={out}",
+    ]
     train(build_config(None, ov), log=quiet)
     shutil.rmtree(out / "tensorboard", ignore_errors=True)  # a run whose event files are gone: nothing to rewind
     summary = train(None, resume=str(out / "checkpoints" / "step-00000001"), log=quiet)
     assert [r["step"] for r in rows(out / "metrics.jsonl")] == [1, 2, 3]
     assert [r["step"] for r in rows(out / "metrics.discarded.jsonl")] == [2, 3]
     names = sorted(p.name for p in (out / "checkpoints").iterdir())
-    assert names == ["discarded-step-00000002", "discarded-step-00000003", "step-00000001", "step-00000002",
-                     "step-00000003"]
+    assert names == [
+        "discarded-step-00000002",
+        "discarded-step-00000003",
+        "step-00000001",
+        "step-00000002",
+        "step-00000003",
+    ]
     assert summary["num_segments"] == 2 and summary["segments"][1]["discarded_steps"] == 2

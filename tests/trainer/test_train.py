@@ -1,5 +1,6 @@
 """End-to-end trainer tests on a tiny random model: every preset trains, bad input is reported (resume after a kill:
 test_resume.py)."""
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,9 @@ def test_xrpo_step_metrics_hold_the_values_of_the_step(trainer_env, tmp_path):
         reports.append(rep)
         corpus_ids.append(set(rep.corpus.problem_ids()))  # the corpus object keeps changing after the step
 
-    summary = train(build_config(None, trainer_env["overrides"](tmp_path / "x", "xrpo", steps=3)), log=quiet,
-                    on_step=on_step)
+    summary = train(
+        build_config(None, trainer_env["overrides"](tmp_path / "x", "xrpo", steps=3)), log=quiet, on_step=on_step
+    )
     rows = [json.loads(line) for line in (tmp_path / "x" / "metrics.jsonl").read_text().splitlines()]
     solved_ids: set = set()
     for row, rep, in_corpus in zip(rows, reports, corpus_ids, strict=True):
@@ -73,8 +75,11 @@ def test_xrpo_step_metrics_hold_the_values_of_the_step(trainer_env, tmp_path):
         assert row["alloc/rounds"] == len(planned) == 2
         assert row["icl/seeded_prompts"] == sum(len(r["seeded"]) for r in planned)
         assert row["icl/seeded_rollouts"] == sum(x.seeded for x in plan.records)
-        flips = sum(any(x.reward >= 1 for x in plan.records if x.round == r["round"] and x.problem_index == q)
-                    for r in planned for q in r["seeded"])
+        flips = sum(
+            any(x.reward >= 1 for x in plan.records if x.round == r["round"] and x.problem_index == q)
+            for r in planned
+            for q in r["seeded"]
+        )
         assert row["icl/flips"] == flips
         bonus = plan.advantages - group_advantages(rewards, groups)
         assert row["adv/sharpened_count"] == int((bonus > 0).sum())
@@ -85,7 +90,8 @@ def test_xrpo_step_metrics_hold_the_values_of_the_step(trainer_env, tmp_path):
     x = summary["xrpo"]
     assert x["planned_rounds"] == sum(r["alloc/rounds"] for r in rows) == 6
     assert (x["seeded_prompts"], x["flips"], x["sharpened"]) == tuple(
-        sum(r[k] for r in rows) for k in ("icl/seeded_prompts", "icl/flips", "adv/sharpened_count"))
+        sum(r[k] for r in rows) for k in ("icl/seeded_prompts", "icl/flips", "adv/sharpened_count")
+    )
     assert any(r["rollout/group_size_max"] > r["rollout/group_size_min"] for r in rows)
 
 
@@ -127,8 +133,7 @@ def test_bad_inputs(trainer_env, tmp_path):
     with pytest.raises(ValueError, match="more than data.max_prompt_tokens=4"):
         train(build_config(None, env["overrides"](tmp_path / "o3") + ["data.max_prompt_tokens=4"]), log=quiet)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        train(build_config(None, env["overrides"](tmp_path / "o4") + [f"model.path={tmp_path}/nomodel"]),
-              log=quiet)
+        train(build_config(None, env["overrides"](tmp_path / "o4") + [f"model.path={tmp_path}/nomodel"]), log=quiet)
     with pytest.raises(CheckpointError, match="is not a checkpoint"):
         train(None, resume=str(tmp_path), log=quiet)
 
@@ -136,8 +141,7 @@ def test_bad_inputs(trainer_env, tmp_path):
 def test_nan_loss_stops_without_overwriting_the_last_checkpoint(trainer_env, tmp_path):
     out = tmp_path / "nan"
     # Adam's first step moves each weight by about lr: 1e30 leaves finite but huge weights whose logits overflow
-    ov = trainer_env["overrides"](out, "grpo", steps=5) + ["save_every=1", "optim.lr=1e30",
-                                                              "optim.grad_clip=0"]
+    ov = trainer_env["overrides"](out, "grpo", steps=5) + ["save_every=1", "optim.lr=1e30", "optim.grad_clip=0"]
     with pytest.raises(NonFiniteLossError, match="nothing was saved"):
         train(build_config(None, ov), log=quiet)
     ckpts = list_checkpoints(out)
@@ -229,9 +233,12 @@ def test_every_training_prompt_is_length_checked(trainer_env, tmp_path):
     f = tmp_path / "long_last.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match="problem long: prompt has .* tokens, more than data.max_prompt_tokens=256"):
-        train(build_config(None, trainer_env["overrides"](tmp_path / "o") + [f"data.train={f}",
-                                                                              "data.max_prompt_tokens=256"]),
-              log=quiet)
+        train(
+            build_config(
+                None, trainer_env["overrides"](tmp_path / "o") + [f"data.train={f}", "data.max_prompt_tokens=256"]
+            ),
+            log=quiet,
+        )
 
 
 def test_correct_rollouts_with_a_blank_text_are_skipped_and_counted(trainer_env, tmp_path):
@@ -245,8 +252,10 @@ def test_correct_rollouts_with_a_blank_text_are_skipped_and_counted(trainer_env,
         stored = [s.solution for pid in rep.corpus.problem_ids() for s in rep.corpus.entry(pid)[1]]
         assert all(s.strip() for s in stored)
 
-    ov = trainer_env["learn_overrides"](out, "xrpo", 4) + ["data.verifier=always_verifier:verify",
-                                                           "rollout.max_new_tokens=1"]
+    ov = trainer_env["learn_overrides"](out, "xrpo", 4) + [
+        "data.verifier=always_verifier:verify",
+        "rollout.max_new_tokens=1",
+    ]
     train(build_config(None, ov), log=quiet, on_step=on_step)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert sum(blank) >= 2, blank  # the situation occurred

@@ -1,5 +1,6 @@
 """`method.name=treepo` and `treepo-sampling` end to end on the tiny model: the trainer's step with TreePO's sampler,
 and TreePO's tree advantage (`treepo`) or GRPO's group advantage (`treepo-sampling`, the XRPO paper's TPO-S)."""
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,9 @@ def test_treepo_sampling_trains_with_grpo_advantages(trainer_env, tmp_path, monk
         np.testing.assert_array_equal(np.bincount(group_ids), [4, 4, 4, 4])
         # exactly GRPO's group advantage, (R - mean_g) / (std_g + eps) by prompt
         np.testing.assert_array_equal(adv, group_advantages(rewards, group_ids))
-        tree_adv = global_whiten(tree_advantages(rewards, tree_ancestor_ids(records))[0],
-                                 [len(x.completion_ids) for x in records])
+        tree_adv = global_whiten(
+            tree_advantages(rewards, tree_ancestor_ids(records))[0], [len(x.completion_ids) for x in records]
+        )
         differs.append(bool(np.any(adv != 0)) and not np.allclose(adv, tree_adv))
     # the parity rewards differ inside groups at both steps, so the two advantages can be told apart
     assert differs == [True, True]
@@ -90,8 +92,11 @@ def test_treepo_sampling_trains_with_grpo_advantages(trainer_env, tmp_path, monk
 
 def test_treepo_with_dynamic_sampling_merges_tree_metrics(trainer_env, tmp_path):
     out = tmp_path / "treepo-ds"
-    cfg = build_config(None, trainer_env["overrides"](out, "treepo", steps=1) + [
-        "method.dynamic_sampling=true", "method.max_gen_batches=2", "method.tree_divergence=low_logprob"])
+    cfg = build_config(
+        None,
+        trainer_env["overrides"](out, "treepo", steps=1)
+        + ["method.dynamic_sampling=true", "method.max_gen_batches=2", "method.tree_divergence=low_logprob"],
+    )
     train(cfg, log=quiet)
     (r,) = rows(out)
     # leaves of every generation batch, kept groups' rollouts only in the batch
@@ -99,16 +104,19 @@ def test_treepo_with_dynamic_sampling_merges_tree_metrics(trainer_env, tmp_path)
     assert math.isfinite(r["loss/policy"])
 
 
-@pytest.mark.parametrize("override, match", [
-    ("method.icl=true", "method.icl must be false with method.sampler=tree"),
-    ("method.allocation=hrp", "method.allocation must be uniform with method.sampler=tree"),
-    ("method.sharpen=true", "method.sharpen must be false with method.tree_advantage=true"),
-    ("method.tree_divergence=random", "method.tree_divergence must be one of uniform, low_logprob or high_logprob"),
-    ("method.tree_branch=0", "method.tree_branch must be >= 1"),
-    ("method.tree_segment_len=-2", "method.tree_segment_len must be >= 0"),
-    ("method.tree_divergence_temp=0", "method.tree_divergence_temp must be > 0"),
-    ("method.sampler=beam", "method.sampler must be one of independent or tree"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("method.icl=true", "method.icl must be false with method.sampler=tree"),
+        ("method.allocation=hrp", "method.allocation must be uniform with method.sampler=tree"),
+        ("method.sharpen=true", "method.sharpen must be false with method.tree_advantage=true"),
+        ("method.tree_divergence=random", "method.tree_divergence must be one of uniform, low_logprob or high_logprob"),
+        ("method.tree_branch=0", "method.tree_branch must be >= 1"),
+        ("method.tree_segment_len=-2", "method.tree_segment_len must be >= 0"),
+        ("method.tree_divergence_temp=0", "method.tree_divergence_temp must be > 0"),
+        ("method.sampler=beam", "method.sampler must be one of independent or tree"),
+    ],
+)
 def test_treepo_config_errors_name_the_field(override, match):
     with pytest.raises(ValueError, match=match):
         build_config(None, ["method.name=treepo", override])
@@ -116,8 +124,9 @@ def test_treepo_config_errors_name_the_field(override, match):
 
 def test_tree_sampler_needs_a_leaf_per_prompt():
     with pytest.raises(ValueError, match="a tree needs at least one leaf"):
-        build_config(None, ["method.name=treepo-sampling", "rollout.prompts_per_step=16",
-                            "rollout.rollouts_per_step=8"])
+        build_config(
+            None, ["method.name=treepo-sampling", "rollout.prompts_per_step=16", "rollout.rollouts_per_step=8"]
+        )
     # the planner's n_base does not constrain the tree sampler: 16 prompts x 1 leaf is a valid (if degenerate) step
     assert build_config(None, ["method.name=treepo", "rollout.rollouts_per_step=16"]).rollout.rollouts_per_step == 16
     # the tree advantage works with independent rollouts too (each rollout's root is its group)

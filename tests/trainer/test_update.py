@@ -5,6 +5,7 @@ records what the trainer hands the real "vanilla" loss on every micro-batch and 
 to each token's log-prob. Runs use the ends-with-alnum task of tests/trainer/conftest.py, on
 which XRPO seeds ICL prompts from step 2 on.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,14 +40,22 @@ def _seeded_moved(report) -> int:
 
 
 @pytest.mark.parametrize("old_logprobs, tol", [("recompute", 0.0), ("auto", 2e-5)])
-def test_first_minibatch_ratio_is_one_for_every_rollout_icl_seeded_included(trainer_env, loss_spy, tmp_path,
-                                                                             old_logprobs, tol):
+def test_first_minibatch_ratio_is_one_for_every_rollout_icl_seeded_included(
+    trainer_env, loss_spy, tmp_path, old_logprobs, tol
+):
     # one mini-batch and one epoch: every token of every rollout is in the step's first (only) mini-batch. "auto"
     # reuses the hf engine's sampling log-probs for rollouts trained under the prompt they were sampled from (equal
     # to a forward pass up to float rounding) and recomputes the ICL-seeded ones under the original prompt
     moved = []
-    rows = run(trainer_env, loss_spy, tmp_path / old_logprobs, "xrpo", 4, f"optim.old_logprobs={old_logprobs}",
-               on_step=lambda rep: moved.append(_seeded_moved(rep)))
+    rows = run(
+        trainer_env,
+        loss_spy,
+        tmp_path / old_logprobs,
+        "xrpo",
+        4,
+        f"optim.old_logprobs={old_logprobs}",
+        on_step=lambda rep: moved.append(_seeded_moved(rep)),
+    )
     assert sum(moved) >= 10, moved  # ICL-seeded rollouts trained under the original prompt are in these steps
     calls = loss_spy.calls
     assert sum(int(c["mask"].any(dim=1).sum()) for c in calls) == sum(r["rollout/count"] for r in rows)
@@ -62,8 +71,17 @@ def test_first_minibatch_ratio_is_one_for_every_rollout_icl_seeded_included(trai
 def test_clipping_binds_exactly_where_the_ratio_leaves_its_bounds(trainer_env, loss_spy, tmp_path):
     # 2 epochs x 2 mini-batches at a large learning rate: after the first optimizer step of a step the ratios move
     # and the clip binds; the first mini-batch of each step is still on-policy
-    rows = run(trainer_env, loss_spy, tmp_path / "clip", "xrpo-no-icl", 3, "optim.mini_batches=2",
-               "optim.ppo_epochs=2", "optim.lr=3e-2", "optim.old_logprobs=recompute")
+    rows = run(
+        trainer_env,
+        loss_spy,
+        tmp_path / "clip",
+        "xrpo-no-icl",
+        3,
+        "optim.mini_batches=2",
+        "optim.ppo_epochs=2",
+        "optim.lr=3e-2",
+        "optim.old_logprobs=recompute",
+    )
     cl, ch = 0.2, 0.28  # the preset's clip_low / clip_high
     clipped = {"low": 0, "high": 0}
     for step, row in zip(loss_spy.steps(len(rows), mini_batches=2, epochs=2), rows):
@@ -72,8 +90,9 @@ def test_clipping_binds_exactly_where_the_ratio_leaves_its_bounds(trainer_env, l
             assert float((loss_spy.ratios(c) - 1).abs().max()) <= 2e-6
         n_valid = low = high = 0
         every = torch.cat([loss_spy.ratios(c) for mb in step for c in mb])
-        assert (row["loss/ratio_min"], row["loss/ratio_max"]) == pytest.approx((float(every.min()), float(every.max())),
-                                                                                rel=1e-6)
+        assert (row["loss/ratio_min"], row["loss/ratio_max"]) == pytest.approx(
+            (float(every.min()), float(every.max())), rel=1e-6
+        )
         for mb in step:
             for c in mb:
                 assert (c["clip_low"], c["clip_high"]) == (cl, ch)
@@ -97,21 +116,29 @@ def test_clipping_binds_exactly_where_the_ratio_leaves_its_bounds(trainer_env, l
 
 
 # ------------------------------------------------------------------------------------------------ temperature
-def test_sampling_temperature_is_used_for_old_logprobs_the_policy_forward_and_the_reference(trainer_env, loss_spy,
-                                                                                             tmp_path):
+def test_sampling_temperature_is_used_for_old_logprobs_the_policy_forward_and_the_reference(
+    trainer_env, loss_spy, tmp_path
+):
     from transformers import AutoModelForCausalLM
 
     T = 0.7
     reports = []
-    rows = run(trainer_env, loss_spy, tmp_path / "t", "grpo-deepseekmath", 1, f"rollout.temperature={T}",
-               on_step=reports.append)
+    rows = run(
+        trainer_env,
+        loss_spy,
+        tmp_path / "t",
+        "grpo-deepseekmath",
+        1,
+        f"rollout.temperature={T}",
+        on_step=reports.append,
+    )
     # old log-probs: log softmax(logits / T) of the initial model under each rollout's training prompt
     model = AutoModelForCausalLM.from_pretrained(trainer_env["model"]).eval()
     (rep,) = reports
     with torch.no_grad():
         for x, old in zip(rep.plan.records[:16], rep.old_logprobs[:16]):
             ids = torch.tensor([x.train_prompt_ids + x.completion_ids])
-            logits = model(ids).logits[0, len(x.train_prompt_ids) - 1: -1]
+            logits = model(ids).logits[0, len(x.train_prompt_ids) - 1 : -1]
             want = torch.log_softmax(logits / T, -1).gather(-1, torch.tensor(x.completion_ids)[:, None])[:, 0]
             torch.testing.assert_close(torch.tensor(old), want, rtol=0, atol=2e-5)
     # the policy forward at the same T: the ratio of the (only) mini-batch is 1; the reference (the initial model, at

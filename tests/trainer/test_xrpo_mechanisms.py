@@ -11,6 +11,7 @@ from the step's records (rewards by round, prompts, completions) and old log-pro
     advantages   `group_advantages`, then `sharpen_advantages` with s(y) = `length_normalized_loglik` of the old
                  log-probs: which rollouts got a bonus and how much; and the advantages the loss received.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -50,8 +51,14 @@ def xrpo_run(trainer_env, loss_spy, tmp_path_factory):
             probs = load_problems(str(trainer_env["train"]))
             train_ids = ([p.id for p in probs], [p.text for p in probs])
         found = corpus.retrieve_many(*train_ids, k=K) if len(corpus) else [[] for _ in train_ids[0]]
-        steps.append({"report": rep, "retrieved": dict(zip(train_ids[0], found)), "calls": list(loss_spy.calls),
-                      "corpus_ids": set(corpus.problem_ids())})
+        steps.append(
+            {
+                "report": rep,
+                "retrieved": dict(zip(train_ids[0], found)),
+                "calls": list(loss_spy.calls),
+                "corpus_ids": set(corpus.problem_ids()),
+            }
+        )
         loss_spy.calls.clear()
 
     loss_spy.calls.clear()
@@ -95,8 +102,11 @@ def test_icl_seeding_picks_the_unsolved_prompts_and_their_neighbours(xrpo_run):
         for t in range(1, ROUNDS + 1):
             rewards = _rewards_by_prompt(plan.records, t)
             alloc = plan.rounds[t]["alloc"]
-            want = [q for q in range(P) if alloc[q] > 0 and not (rewards[q] >= 1.0).any()
-                    and retrieved_before.get(rep.problems[q].id)]
+            want = [
+                q
+                for q in range(P)
+                if alloc[q] > 0 and not (rewards[q] >= 1.0).any() and retrieved_before.get(rep.problems[q].id)
+            ]
             assert plan.rounds[t]["seeded"] == want, (t, plan.rounds[t]["seeded"], want)
             seeded_total += len(want)
             for x in (x for x in plan.records if x.round == t):
@@ -105,8 +115,9 @@ def test_icl_seeding_picks_the_unsolved_prompts_and_their_neighbours(xrpo_run):
                 text = tok.decode(x.gen_prompt_ids)
                 plain_text = tok.decode(plain[x.problem_index])
                 if x.seeded:
-                    shots = [f"Q: {e.problem}\nA:{e.solution}"
-                             for e in retrieved_before[rep.problems[x.problem_index].id]]
+                    shots = [
+                        f"Q: {e.problem}\nA:{e.solution}" for e in retrieved_before[rep.problems[x.problem_index].id]
+                    ]
                     assert text == "\n".join(shots) + "\n" + plain_text
                 else:
                     assert text == plain_text
@@ -129,8 +140,9 @@ def test_advantages_are_grpo_plus_the_novelty_bonus_on_the_same_batch(xrpo_run):
         for i, row in enumerate(rep.old_logprobs):
             assert len(row) == len(plan.records[i].completion_ids)
             lp[i, : len(row)], mask[i, : len(row)] = row, True
-        want, m = sharpen_advantages(base, rewards, length_normalized_loglik(lp, mask), groups, lam_nov=2.5,
-                                     kappa_clip=0.5)
+        want, m = sharpen_advantages(
+            base, rewards, length_normalized_loglik(lp, mask), groups, lam_nov=2.5, kappa_clip=0.5
+        )
         np.testing.assert_allclose(plan.advantages, want, rtol=1e-12, atol=1e-12)
         # which rollouts got a bonus, and how much
         bonus = plan.advantages - base
@@ -161,16 +173,18 @@ def test_icl_novelty_scores_seeded_rollouts_as_configured(trainer_env, tmp_path,
         rewards = np.array([x.reward for x in plan.records])
         groups = plan.group_ids
         moved = np.array([x.seeded and x.train_prompt_ids != x.gen_prompt_ids for x in plan.records])
-        rows = [x.logprobs if (mode == "sample" and m) else old for x, old, m in
-                zip(plan.records, rep.old_logprobs, moved)]
+        rows = [
+            x.logprobs if (mode == "sample" and m) else old for x, old, m in zip(plan.records, rep.old_logprobs, moved)
+        ]
         lp, mask = np.zeros((len(rows), 3)), np.zeros((len(rows), 3), dtype=bool)
         for i, r in enumerate(rows):
             lp[i, : len(r)], mask[i, : len(r)] = r, True
         base = group_advantages(rewards, groups)
         keep = ~moved if mode == "exclude" else np.ones(len(rows), dtype=bool)
         want = base.copy()
-        want[keep], _ = sharpen_advantages(base[keep], rewards[keep], length_normalized_loglik(lp, mask)[keep],
-                                           groups[keep])
+        want[keep], _ = sharpen_advantages(
+            base[keep], rewards[keep], length_normalized_loglik(lp, mask)[keep], groups[keep]
+        )
         np.testing.assert_allclose(plan.advantages, want, rtol=1e-12, atol=1e-12)
         checked.append(int((moved & (rewards >= 1) & (base > 0)).sum()))
 

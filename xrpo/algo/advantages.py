@@ -274,8 +274,9 @@ def _check_sharpen_knobs(lam_nov, kappa_clip, full_reward) -> tuple[float, float
     return out[0], out[1], out[2]
 
 
-def sharpen_advantages(advantages, rewards, scores, group_ids, *, lam_nov: float = 2.5, kappa_clip: float = 0.5,
-                       full_reward: float = 1.0) -> tuple[np.ndarray, dict[str, float]]:
+def sharpen_advantages(
+    advantages, rewards, scores, group_ids, *, lam_nov: float = 2.5, kappa_clip: float = 0.5, full_reward: float = 1.0
+) -> tuple[np.ndarray, dict[str, float]]:
     """Novelty-guided advantage sharpening of correct rollouts.
 
     XRPO paper, Section 3.3, Eq. (6): for a rollout with reward >= ``full_reward``,
@@ -345,8 +346,6 @@ def sharpen_advantages(advantages, rewards, scores, group_ids, *, lam_nov: float
         "adv/mean_novelty": float(np.sum(eta * eligible) / n_elig) if n_elig else 1.0,
     }
     return out, metrics
-
-
 
 
 # ---------------------------------------------------------------------------------------------------------------

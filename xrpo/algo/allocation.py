@@ -432,8 +432,9 @@ def _split_checked(p: np.ndarray, budget: int, caps: np.ndarray) -> np.ndarray:
     return alloc
 
 
-def _greedy_split(s: np.ndarray, n: np.ndarray, budget: int, T: float, alpha: float, lam: float,
-                  caps: np.ndarray) -> np.ndarray:
+def _greedy_split(
+    s: np.ndarray, n: np.ndarray, budget: int, T: float, alpha: float, lam: float, caps: np.ndarray
+) -> np.ndarray:
     Q = s.shape[0]
     alloc = np.zeros(Q, dtype=np.int64)
     if budget == 0:
@@ -459,8 +460,15 @@ def _greedy_split(s: np.ndarray, n: np.ndarray, budget: int, T: float, alpha: fl
     return alloc
 
 
-def allocate_round(rewards_by_prompt: Sequence, budget: int, *, alpha: float = 0.05, lam: float = 0.1,
-                   max_per_prompt=None, mode: str = "proportional") -> np.ndarray:
+def allocate_round(
+    rewards_by_prompt: Sequence,
+    budget: int,
+    *,
+    alpha: float = 0.05,
+    lam: float = 0.1,
+    max_per_prompt=None,
+    mode: str = "proportional",
+) -> np.ndarray:
     """One planning round of Hierarchical Rollout Planning (Algorithm 1, line 7: Alloc <- StatAlloc(S_Q, n_r)).
 
     XRPO paper, Section 3.2, Eqs. (1)-(3). T in the exploration bonus is ``budget``, the number of rollouts allocated

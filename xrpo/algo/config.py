@@ -24,9 +24,27 @@ from xrpo.algo.losses import KL_ESTIMATORS
 from xrpo.algo.tree import DIVERGENCE_POLICIES as TREE_DIVERGENCES
 
 __all__ = [
-    "ADV_SCALES", "ALLOCATIONS", "ALLOC_MODES", "AdvantageConfig", "AllocationConfig", "BatchConfig", "CuresConfig",
-    "ICLConfig", "ICLPromptConfig", "ICL_NOVELTY", "ICL_TRAIN_PROMPTS", "KL_ESTIMATORS", "LOSS_AGGS", "LossConfig",
-    "METHOD_SECTIONS", "SAMPLERS", "SharpenConfig", "TREE_DIVERGENCES", "TreePOConfig", "check_knobs", "knob_names",
+    "ADV_SCALES",
+    "ALLOCATIONS",
+    "ALLOC_MODES",
+    "AdvantageConfig",
+    "AllocationConfig",
+    "BatchConfig",
+    "CuresConfig",
+    "ICLConfig",
+    "ICLPromptConfig",
+    "ICL_NOVELTY",
+    "ICL_TRAIN_PROMPTS",
+    "KL_ESTIMATORS",
+    "LOSS_AGGS",
+    "LossConfig",
+    "METHOD_SECTIONS",
+    "SAMPLERS",
+    "SharpenConfig",
+    "TREE_DIVERGENCES",
+    "TreePOConfig",
+    "check_knobs",
+    "knob_names",
     "section_values",
 ]
 
@@ -194,7 +212,14 @@ class CuresConfig:
 
 # the sections of a method, in the order `xrpo train --help` and `knob_names` list them; a preset sets these knobs
 METHOD_SECTIONS: tuple[type, ...] = (
-    LossConfig, AdvantageConfig, AllocationConfig, ICLConfig, SharpenConfig, BatchConfig, TreePOConfig, CuresConfig,
+    LossConfig,
+    AdvantageConfig,
+    AllocationConfig,
+    ICLConfig,
+    SharpenConfig,
+    BatchConfig,
+    TreePOConfig,
+    CuresConfig,
 )
 
 
@@ -232,8 +257,9 @@ def _check_int(obj: Any, where: str, name: str, least: int, why: str = "") -> No
         _fail(where, name, f"must be {'' if _is_int(v) else 'an int '}>= {least}{why}", v)
 
 
-def _check_number(obj: Any, where: str, name: str, least: float | None = None, strict: bool = False,
-                  finite: bool = False) -> None:
+def _check_number(
+    obj: Any, where: str, name: str, least: float | None = None, strict: bool = False, finite: bool = False
+) -> None:
     v = getattr(obj, name)
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
     if ok and finite:
@@ -310,8 +336,14 @@ def _cures(o: Any, where: str) -> None:
 
 
 _SECTION_CHECKS = {
-    LossConfig: _loss, AdvantageConfig: _advantage, AllocationConfig: _allocation, ICLConfig: _icl,
-    ICLPromptConfig: _icl_prompt, SharpenConfig: _sharpen, BatchConfig: _batch, TreePOConfig: _treepo,
+    LossConfig: _loss,
+    AdvantageConfig: _advantage,
+    AllocationConfig: _allocation,
+    ICLConfig: _icl,
+    ICLPromptConfig: _icl_prompt,
+    SharpenConfig: _sharpen,
+    BatchConfig: _batch,
+    TreePOConfig: _treepo,
     CuresConfig: _cures,
 }
 
@@ -323,19 +355,42 @@ def check_knobs(obj: Any, where: str = "") -> None:
             check(obj, where)
     has = lambda *names: all(hasattr(obj, n) for n in names)  # noqa: E731
     if has("tree_advantage", "sharpen") and obj.tree_advantage and obj.sharpen:
-        _fail(where, "sharpen", f"must be false with {where}tree_advantage=true (Eq. 6 sharpens GRPO's group "
-              "advantage, which the tree advantage replaces)", obj.sharpen)
+        _fail(
+            where,
+            "sharpen",
+            f"must be false with {where}tree_advantage=true (Eq. 6 sharpens GRPO's group "
+            "advantage, which the tree advantage replaces)",
+            obj.sharpen,
+        )
     if has("allocation", "icl") and obj.allocation == "cures" and obj.icl:
-        _fail(where, "icl", "must be false with allocation=cures (CurES generates each step in one batch; ICL "
-              "seeding needs XRPO's planning rounds)", obj.icl)
+        _fail(
+            where,
+            "icl",
+            "must be false with allocation=cures (CurES generates each step in one batch; ICL "
+            "seeding needs XRPO's planning rounds)",
+            obj.icl,
+        )
     if has("allocation", "dynamic_sampling") and obj.allocation == "cures" and obj.dynamic_sampling:
-        _fail(where, "dynamic_sampling", "must be false with allocation=cures (CurES chooses its own prompts)",
-              obj.dynamic_sampling)
+        _fail(
+            where,
+            "dynamic_sampling",
+            "must be false with allocation=cures (CurES chooses its own prompts)",
+            obj.dynamic_sampling,
+        )
     if has("sampler", "allocation", "icl") and obj.sampler == "tree":
         # the tree sampler grows every prompt's rollouts at once: nothing to plan per round, no ICL prompt
         if obj.allocation != "uniform":
-            _fail(where, "allocation", f"must be uniform with {where}sampler=tree (hierarchical planning allocates "
-                  "rounds of independent rollouts; a tree's width is the prompt's even share)", obj.allocation)
+            _fail(
+                where,
+                "allocation",
+                f"must be uniform with {where}sampler=tree (hierarchical planning allocates "
+                "rounds of independent rollouts; a tree's width is the prompt's even share)",
+                obj.allocation,
+            )
         if obj.icl:
-            _fail(where, "icl", f"must be false with {where}sampler=tree (ICL seeding draws independent rollouts "
-                  "from an ICL prompt)", obj.icl)
+            _fail(
+                where,
+                "icl",
+                f"must be false with {where}sampler=tree (ICL seeding draws independent rollouts from an ICL prompt)",
+                obj.icl,
+            )

@@ -216,8 +216,9 @@ def sample_prompts(probs, k: int, rng: np.random.Generator) -> np.ndarray:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
         raise ValueError(f"k must be an integer >= 0, got {k!r}")
     if k > int((pr > 0).sum()):
-        raise ValueError(f"cannot draw k={k} distinct prompts: only {int((pr > 0).sum())} of {pr.shape[0]} have "
-                         "probability > 0")
+        raise ValueError(
+            f"cannot draw k={k} distinct prompts: only {int((pr > 0).sum())} of {pr.shape[0]} have probability > 0"
+        )
     if k == 0:
         return np.zeros(0, dtype=np.int64)
     u = rng.random(pr.shape[0])
@@ -252,17 +253,25 @@ def gradient_std(p, mean_norm_correct=1.0, sq_norm_correct=1.0, mean_norm_wrong=
     a = _array(p, "p")
     if np.any((a < 0) | (a > 1)):
         raise ValueError(f"p must lie in [0, 1]; found {a[_first_bad((a < 0) | (a > 1))]}")
-    mc, sc, mw, sw = (np.broadcast_to(_array(x, name), a.shape) for x, name in (
-        (mean_norm_correct, "mean_norm_correct"), (sq_norm_correct, "sq_norm_correct"),
-        (mean_norm_wrong, "mean_norm_wrong"), (sq_norm_wrong, "sq_norm_wrong")))
+    mc, sc, mw, sw = (
+        np.broadcast_to(_array(x, name), a.shape)
+        for x, name in (
+            (mean_norm_correct, "mean_norm_correct"),
+            (sq_norm_correct, "sq_norm_correct"),
+            (mean_norm_wrong, "mean_norm_wrong"),
+            (sq_norm_wrong, "sq_norm_wrong"),
+        )
+    )
     for m, s, name in ((mc, sc, "correct"), (mw, sw, "wrong")):
         if np.any(m < 0):
             raise ValueError(f"mean_norm_{name} must be >= 0 (a mean of norms)")
         # E[G^2] >= E[G]^2 (Jensen); a small relative slack for moments accumulated in floating point
         if np.any(s < m * m * (1.0 - 1e-12)):
             bad = _first_bad(s < m * m * (1.0 - 1e-12))
-            raise ValueError(f"sq_norm_{name} must be >= mean_norm_{name}^2 (E[G^2] >= E[G]^2); found "
-                             f"{s[bad]} < {m[bad]}^2 at index {bad}")
+            raise ValueError(
+                f"sq_norm_{name} must be >= mean_norm_{name}^2 (E[G^2] >= E[G]^2); found "
+                f"{s[bad]} < {m[bad]}^2 at index {bad}"
+            )
     b = 1.0 - a
     # sigma_i^2 = a b^2 E_c[G^2] + a^2 b E_w[G^2] - a^2 b^2 (E_c[G] - E_w[G])^2
     var = a * b * b * sc + a * a * b * sw - a * a * b * b * (mc - mw) ** 2

@@ -21,15 +21,24 @@ from typing import Any, NamedTuple
 from xrpo.algo.config import METHOD_SECTIONS, knob_names
 
 __all__ = [
-    "DEFAULTS", "DEFAULT_SOURCES", "KNOB_NAMES", "PRESETS", "Knob", "get_preset", "list_presets", "preset_changes",
+    "DEFAULTS",
+    "DEFAULT_SOURCES",
+    "KNOB_NAMES",
+    "PRESETS",
+    "Knob",
+    "get_preset",
+    "list_presets",
+    "preset_changes",
     "preset_sources",
 ]
+
 
 class Knob(NamedTuple):
     """One knob value and the sentence it comes from."""
 
     value: Any
     source: str
+
 
 KNOB_NAMES: tuple[str, ...] = knob_names()
 """Every knob a preset may set: the fields of `xrpo.algo.config.METHOD_SECTIONS`, in order."""
@@ -46,8 +55,7 @@ _GRPO_BASELINE = (
     'with ε ∈ [0.2, 0.28]"'
 )
 _GSPO_BASELINE = (
-    'XRPO §4.1 Baselines: "GSPO (Zheng et al., 2025), which optimizes at the sequence level with '
-    'ε ∈ [0.0003, 0.0004]"'
+    'XRPO §4.1 Baselines: "GSPO (Zheng et al., 2025), which optimizes at the sequence level with ε ∈ [0.0003, 0.0004]"'
 )
 _DAPO_BASELINE = (
     'XRPO §4.1 Baselines: "DAPO (Yu et al., 2025) with three of its four components: Clip-Higher (ε ∈ [0.2, 0.28]), '
@@ -106,11 +114,11 @@ _KL_ESTIMATOR = (
 _XRPO_ON_GRPO = (
     "xrpo default: the paper does not state XRPO's own loss; XRPO is built on GRPO (§2.2: \"XRPO improves GRPO by "
     "dynamically allocating rollout resources via a mathematically grounded allocator and shaping advantages based on "
-    "trajectory novelty\"), so the loss of its GRPO baseline is used: " + _GRPO_BASELINE
+    'trajectory novelty"), so the loss of its GRPO baseline is used: ' + _GRPO_BASELINE
 )
 _XRPO_WITH_GSPO = (
     'XRPO §4.3 Compatibility with Other SOTA Methods: "XRPO remains fully compatible and yields comparable or improved '
-    'performance when paired with GSPO. These results highlight that our exploration–exploitation mechanisms '
+    "performance when paired with GSPO. These results highlight that our exploration–exploitation mechanisms "
     "complement GSPO's optimization strategy\"; GSPO's loss: "
 )
 _GSPO_CLIP = (
@@ -123,15 +131,15 @@ _GSPO_AGG = (
     "compute_policy_loss_gspo uses)"
 )
 _XRPO_KEEPS_HARD = (
-    'XRPO keeps every group (§1: "discarding zero-accuracy prompts, often hard questions beyond the model\'s current '
+    "XRPO keeps every group (§1: \"discarding zero-accuracy prompts, often hard questions beyond the model's current "
     'capability, risks the model never pushing past limits"); zero-reward groups get ICL seeding instead'
 )
 
 _CURES_PAPER = (
     'Zeng et al. 2025, "CurES: From Gradient Analysis to Efficient Curriculum Learning for Reasoning LLMs" (arXiv '
     '2510.01037), abstract: "the sampling distribution of prompts dictates the convergence rate of gradient descent, '
-    'while the allocation of the rollout quantity influences the consistency and stability of overall gradient '
-    'updates"; rules from the authors\' code (github.com/ZexuSun/CurES): prompts drawn with P_i ∝ '
+    "while the allocation of the rollout quantity influences the consistency and stability of overall gradient "
+    "updates\"; rules from the authors' code (github.com/ZexuSun/CurES): prompts drawn with P_i ∝ "
     "exp(√(p_i(1−p_i))/T_i) (epic/epic_sampler.py), rollouts ∝ σ_i (epic/stage_0_init_difficulty_sample_size.py)"
 )
 _CURES_PRIOR = (
@@ -170,14 +178,16 @@ _TPO_S = (
 )
 _TREE_DEPTH = (
     _TREEPO + ' §3.1 Tree Setting: "we search three sets of the depth d and segment token budget l of tree sampling in '
-    'online training: {28 × 256, 14 × 512, 7 × 1024}"; §4.3: "14 × 512 is the sweet spot"; ' + _TREEPO_SCRIPT
+    'online training: {28 × 256, 14 × 512, 7 × 1024}"; §4.3: "14 × 512 is the sweet spot"; '
+    + _TREEPO_SCRIPT
     + ": tree_max_depth=14, tree_max_token_per_step=512"
 )
 _TREE_SEGMENT = (
     "xrpo: 0 = ceil(rollout.max_new_tokens / tree_max_depth), the segment that keeps TreePO's 14 segments at any "
     "response limit. TreePO's segments are 512 tokens because its responses are 14 × 512 = 7,168 tokens long ("
-    + _TREEPO + ' §3.1: "set the response length as 7 × 1024"; §4.3 "adjust the maximum depth to fit the response '
-    'length limit"); with xrpo\'s default 24-token completions a 512-token segment would be no tree at all'
+    + _TREEPO
+    + ' §3.1: "set the response length as 7 × 1024"; §4.3 "adjust the maximum depth to fit the response '
+    "length limit\"); with xrpo's default 24-token completions a 512-token segment would be no tree at all"
 )
 _TREE_BRANCH = (
     _TREEPO + ' §3.1: "The fixed branching budget at each depth is set as 2^d, i.e., it will form a binary tree search '
@@ -191,24 +201,27 @@ _TREE_INIT = (
 _TREE_DIVERGENCE = (
     _TREEPO + ' §2.2 Branching Budget Transfer: "we assign the maximum branching budget N^d at depth d to all '
     'existing active paths evenly (or determined by heuristic information)"; §4.4 finds the log-prob based splits '
-    '("Low Prob Encourage", "High Prob Encourage") "underperform the baseline"; ' + _TREEPO_SCRIPT
+    '("Low Prob Encourage", "High Prob Encourage") "underperform the baseline"; '
+    + _TREEPO_SCRIPT
     + ': tree_div_policy="fixed_avg"'
 )
 _TREE_TEMP = _TREEPO + ' §4.4: "the probabilities as passed through a softmax function with temperature set as 2.0"'
 _TREE_FALLBACK = (
     _TREEPO + ' §2.2: "TreePO launches the fallback mechanism only when there is no active path for q and the tree '
     'does not have enough trajectories w_q < w"; "only those stopped paths containing formatted answer or ending with '
-    '[EOS] can be selected as the candidate to randomly fallback in segment level"; ' + _TREEPO_SCRIPT
+    '[EOS] can be selected as the candidate to randomly fallback in segment level"; '
+    + _TREEPO_SCRIPT
     + ': tree_fallback_policy="random", tree_fallback_traj_policy="soft_boxed_and_eos"'
 )
 _TREE_ADVANTAGE = (
-    _TREEPO + ' §2.3 Eq. (5): sub-group advantages R_i − mean(G_j) over the sub-trees of every ancestor, averaged; '
+    _TREEPO + " §2.3 Eq. (5): sub-group advantages R_i − mean(G_j) over the sub-trees of every ancestor, averaged; "
     '§4.2: "Simple averaging across subgroups is better than subgroup-size weighting ... we therefore adopt '
-    'averaging"; ' + _TREEPO_SCRIPT + ': adv_estimator=tree_reinforce_plus_plus_baseline, adv_weight_strategy='
+    'averaging"; ' + _TREEPO_SCRIPT + ": adv_estimator=tree_reinforce_plus_plus_baseline, adv_weight_strategy="
     '"average"'
 )
 _TREE_GLOBAL_NORM = (
-    "with tree_advantage, 'std' is TreePO's batch-wide normalisation, not GRPO's per-group std: " + _TREEPO
+    "with tree_advantage, 'std' is TreePO's batch-wide normalisation, not GRPO's per-group std: "
+    + _TREEPO
     + ' §2.3: "we incorporate the global variance normalization strategy as in REINFORCE++" (Eq. 5\'s denominator; '
     "the authors' code whitens over every token of the batch)"
 )
@@ -222,7 +235,10 @@ DEFAULT_SOURCES: dict[str, str] = {
     "loss_agg": _XRPO_ON_GRPO + ": token-level loss (token-mean)",
     "kl_coef": _SETUP_KL,
     "kl_estimator": _KL_ESTIMATOR,
-    "adv_scale": _SHARPEN + ", the group-normalized GRPO advantage of " + _GRPO_ADV + "; with tree_advantage: "
+    "adv_scale": _SHARPEN
+    + ", the group-normalized GRPO advantage of "
+    + _GRPO_ADV
+    + "; with tree_advantage: "
     + _TREE_GLOBAL_NORM,
     "tree_advantage": "GRPO's group-relative advantage: " + _GRPO_ADV,
     "allocation": _HRP,
@@ -285,9 +301,12 @@ _GRPO: dict[str, Knob] = _derive(
 
 _GRPO_DEEPSEEKMATH = _derive(
     _GRPO,
-    clip_high=Knob(0.2, "symmetric clip of Shao et al. 2024 (DeepSeekMath, arXiv 2402.03300), Eq. 3: clip(·, 1 − ε, "
-                   "1 + ε) with one ε, whose value it does not state; 0.2 is PPO's (Schulman et al. 2017) and the "
-                   "verl / TRL default, not from the paper"),
+    clip_high=Knob(
+        0.2,
+        "symmetric clip of Shao et al. 2024 (DeepSeekMath, arXiv 2402.03300), Eq. 3: clip(·, 1 − ε, "
+        "1 + ε) with one ε, whose value it does not state; 0.2 is PPO's (Schulman et al. 2017) and the "
+        "verl / TRL default, not from the paper",
+    ),
     loss_agg=Knob(
         "seq-mean-token-mean",
         "Shao et al. 2024, Eq. 3: J_GRPO = E[(1/G) Σ_i (1/|o_i|) Σ_t {min[...] − β D_KL}]: each output's token mean, "

@@ -171,8 +171,12 @@ def fit_success_rate_mixture(successes, trials) -> tuple[float, float, float, fl
 
     best = None
     for a0, b0 in ((0.5, 0.5), (1.0, 3.0), (3.0, 1.0)):
-        r = optimize.minimize(nll, np.array([0.0, 0.0, 0.0, math.log(a0), math.log(b0)]), method="L-BFGS-B",
-                              bounds=[(-30, 30)] * 3 + [(math.log(1e-3), math.log(1e3))] * 2)
+        r = optimize.minimize(
+            nll,
+            np.array([0.0, 0.0, 0.0, math.log(a0), math.log(b0)]),
+            method="L-BFGS-B",
+            bounds=[(-30, 30)] * 3 + [(math.log(1e-3), math.log(1e3))] * 2,
+        )
         if best is None or r.fun < best.fun:
             best = r
     z = best.x[:3] - best.x[:3].max()
@@ -280,7 +284,7 @@ def best_fixed_allocation(gain, budget: int, n_min: int = 0) -> np.ndarray:
         raise ValueError(f"budget={B} is less than n_min * prompts = {m} * {Q} = {m * Q}")
     b = np.arange(B + 1)
     ks = np.arange(m, B - m * (Q - 1) + 1)  # what one prompt can get when every other one has at least m
-    rest = b[:, None] - ks[None, :]         # (B+1, K): rollouts left for the earlier prompts
+    rest = b[:, None] - ks[None, :]  # (B+1, K): rollouts left for the earlier prompts
     mask = np.where(rest >= 0, 0.0, -np.inf)
     rest_c = np.clip(rest, 0, B)
     # dp[b]: best total of the prompts so far with b rollouts spent among them
@@ -328,9 +332,21 @@ class PhasedResult(NamedTuple):
     """One bool per planning round: its allocation differs from an even split (the planner's rule)."""
 
 
-def phased_step(num_prompts: int, budget: int, draw: Draw, *, n_base: int = 4, rounds: int = 2,
-                allocation: str = "hrp", mode: str = "proportional", alpha: float = 0.05, lam: float = 0.1,
-                max_per_prompt=None, icl: bool = False, full_reward: float = 1.0) -> PhasedResult:
+def phased_step(
+    num_prompts: int,
+    budget: int,
+    draw: Draw,
+    *,
+    n_base: int = 4,
+    rounds: int = 2,
+    allocation: str = "hrp",
+    mode: str = "proportional",
+    alpha: float = 0.05,
+    lam: float = 0.1,
+    max_per_prompt=None,
+    icl: bool = False,
+    full_reward: float = 1.0,
+) -> PhasedResult:
     """One step of the XRPO planner's phases with rewards from ``draw``: ``n_base`` rollouts per prompt, then for each
     planning round of ``plan_phases`` the allocation from ``allocate_round`` (``allocation="hrp"``, ``mode``
     "proportional" or "greedy") or an even ``split_budget`` (``"uniform"``, the w/o-HRP ablation). With ``icl`` a
@@ -385,8 +401,18 @@ def phased_step(num_prompts: int, budget: int, draw: Draw, *, n_base: int = 4, r
     return PhasedResult([np.concatenate(r) for r in by_prompt], allocs, seeded_all, succ_all, nonuni)
 
 
-def cures_allocation(successes, trials, k: int, budget: int, rng: np.random.Generator, *, prior_alpha: float = 1.0,
-                     prior_beta: float = 1.0, temp_scale: float = 100.0, min_count: int = 2):
+def cures_allocation(
+    successes,
+    trials,
+    k: int,
+    budget: int,
+    rng: np.random.Generator,
+    *,
+    prior_alpha: float = 1.0,
+    prior_beta: float = 1.0,
+    temp_scale: float = 100.0,
+    min_count: int = 2,
+):
     """CurES's choice of prompts and counts from its Beta posterior (the composition ``CuresState.select`` runs).
 
     Args:
@@ -431,8 +457,15 @@ def outcome_from_phased(p, res: PhasedResult) -> StepOutcome:
     succ = np.sum(res.successes, axis=0).astype(np.int64)
     seeded = np.sum(res.seeded, axis=0).astype(np.int64)
     flips = np.sum([s & (c > 0) for s, c in zip(res.seeded, res.successes)], axis=0).astype(np.int64)
-    return StepOutcome(np.asarray(p, dtype=np.float64), counts, succ, np.ones(counts.shape[0], dtype=bool), seeded,
-                       flips, tuple(res.nonuniform))
+    return StepOutcome(
+        np.asarray(p, dtype=np.float64),
+        counts,
+        succ,
+        np.ones(counts.shape[0], dtype=bool),
+        seeded,
+        flips,
+        tuple(res.nonuniform),
+    )
 
 
 def fixed_outcome(p, counts, rng: np.random.Generator) -> StepOutcome:
@@ -447,8 +480,14 @@ def fixed_outcome(p, counts, rng: np.random.Generator) -> StepOutcome:
     return StepOutcome(pp, c, succ, np.ones(pp.shape[0], dtype=bool), z, z.copy())
 
 
-def dapo_step(first_p, new_prompts: Callable[[int], np.ndarray], num_prompts: int, budget: int,
-              max_gen_batches: int, rng: np.random.Generator) -> StepOutcome:
+def dapo_step(
+    first_p,
+    new_prompts: Callable[[int], np.ndarray],
+    num_prompts: int,
+    budget: int,
+    max_gen_batches: int,
+    rng: np.random.Generator,
+) -> StepOutcome:
     """DAPO's dynamic sampling as the training loop runs it: generate GRPO batches (``num_prompts`` prompts, the
     budget split evenly), keep the groups whose rewards are not all equal (``dynamic_sampling_keep_groups``), and
     draw further batches of fresh prompts until ``num_prompts`` groups are kept or ``max_gen_batches`` batches were
@@ -490,8 +529,9 @@ def dapo_step(first_p, new_prompts: Callable[[int], np.ndarray], num_prompts: in
         kept += int(keep.shape[0])
         batches += 1
     z = np.zeros(Q * batches, dtype=np.int64)
-    return StepOutcome(np.concatenate(ps), np.tile(counts, batches), np.concatenate(ss), np.concatenate(ts), z,
-                       z.copy())
+    return StepOutcome(
+        np.concatenate(ps), np.tile(counts, batches), np.concatenate(ss), np.concatenate(ts), z, z.copy()
+    )
 
 
 def oracle_allocation(p, budget: int, n_min: int = 0, objective: str = "rollouts") -> np.ndarray:

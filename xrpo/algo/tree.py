@@ -178,13 +178,13 @@ def tree_advantages(rewards, ancestor_ids, *, weighting: str = "mean") -> tuple[
         raise ValueError("rewards must be finite")
     a = np.asarray(ancestor_ids)
     if a.ndim != 2 or a.shape[0] != r.shape[0] or a.shape[1] == 0:
-        raise ValueError(f"ancestor_ids must have shape (N, D) with N = {r.shape[0]} rewards and D >= 1, "
-                         f"got {a.shape}")
+        raise ValueError(f"ancestor_ids must have shape (N, D) with N = {r.shape[0]} rewards and D >= 1, got {a.shape}")
     if a.size and not np.issubdtype(a.dtype, np.integer):
         raise ValueError(f"ancestor_ids must be integers, got dtype {a.dtype}")
     if np.any(a[:, 0] < 0):
-        raise ValueError(f"ancestor_ids: every leaf needs a root in column 0; row {int(np.flatnonzero(a[:, 0] < 0)[0])}"
-                         " has none")
+        raise ValueError(
+            f"ancestor_ids: every leaf needs a root in column 0; row {int(np.flatnonzero(a[:, 0] < 0)[0])} has none"
+        )
     valid = a >= 0
     if np.any(valid[:, 1:] & ~valid[:, :-1]):
         raise ValueError("ancestor_ids: each row must be its ancestors followed only by -1 padding")

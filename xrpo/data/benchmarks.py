@@ -32,6 +32,7 @@ Of the 270 problems, 190 load (`champ_summary()`; docs/eval.md has the breakdown
 reference parses and grades equal to itself with the `math` verifier, and spot-check converted ones against a
 model-style LaTeX answer.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,13 @@ CHAMP_RULES: tuple[tuple[str, re.Pattern], ...] = (
     ("only value", re.compile(r"^(?:(.+?) is the only possible value|The only possible value for the limit is (.+))$")),
     ("limit", re.compile(r"^The limit exists and is equal to (.+)$")),
     ("function", re.compile(r"^f\(x\)=([^=]+)$")),
-    ("count", re.compile(r"^(?:(?:At most |At least |Exactly )(\d+|[a-z](?:[-+]\d+)?|one)(?: [A-Za-z][A-Za-z -]*)?|"
-                         r"(\d+|[a-z](?:[-+]\d+)?) [A-Za-z][A-Za-z -]*)$")),
+    (
+        "count",
+        re.compile(
+            r"^(?:(?:At most |At least |Exactly )(\d+|[a-z](?:[-+]\d+)?|one)(?: [A-Za-z][A-Za-z -]*)?|"
+            r"(\d+|[a-z](?:[-+]\d+)?) [A-Za-z][A-Za-z -]*)$"
+        ),
+    ),
 )
 _WORD_NUMBERS = {"one": "1"}
 _YES_NO = re.compile(r"^(yes|no)(,|\.|$)", re.IGNORECASE)
@@ -144,9 +150,15 @@ def load_champ() -> tuple[list[Problem], list[ChampExclusion]]:
         if reference is None:
             excluded.append(ChampExclusion(key, answer, rule))
             continue
-        problems.append(Problem(id=key, prompt=text, answer=reference, data_source="champ",
-                                metadata={"category": rec.get("category", ""), "champ_answer": answer,
-                                          "answer_rule": rule}))
+        problems.append(
+            Problem(
+                id=key,
+                prompt=text,
+                answer=reference,
+                data_source="champ",
+                metadata={"category": rec.get("category", ""), "champ_answer": answer, "answer_rule": rule},
+            )
+        )
     return problems, excluded
 
 

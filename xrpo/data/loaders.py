@@ -61,8 +61,14 @@ from typing import Any
 from xrpo.data.problem import DataError, Problem
 
 __all__ = [
-    "FORMATS", "LAYOUTS", "NamedLayout", "load_problems", "load_problems_with_layout", "register_layout",
-    "save_problems_jsonl", "save_problems_verl_parquet",
+    "FORMATS",
+    "LAYOUTS",
+    "NamedLayout",
+    "load_problems",
+    "load_problems_with_layout",
+    "register_layout",
+    "save_problems_jsonl",
+    "save_problems_verl_parquet",
 ]
 
 FORMATS = ("jsonl", "json", "parquet", "datasets")
@@ -112,8 +118,11 @@ def _iter_json(path: Path, spell: Callable = python_spelling) -> Iterator[tuple[
         try:
             data = json.load(f)
         except json.JSONDecodeError as e:
-            hint = (f" (it looks like JSON Lines: use a .jsonl extension or {spell('fmt', 'jsonl')})"
-                    if e.msg == "Extra data" else "")
+            hint = (
+                f" (it looks like JSON Lines: use a .jsonl extension or {spell('fmt', 'jsonl')})"
+                if e.msg == "Extra data"
+                else ""
+            )
             raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}){hint}") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of objects at the top level, got {type(data).__name__}")
@@ -218,8 +227,10 @@ def _answer_to_str(value: Any, where: str, key: str, spell: Callable = python_sp
         if not value:
             raise DataError(f"{where}: field '{key}' is an empty list; expected a reference answer")
         if any(isinstance(v, dict) for v in value):
-            raise DataError(f"{where}: field '{key}' mixes test-case objects with other values; expected a list of "
-                            "objects (test cases) or one reference answer")
+            raise DataError(
+                f"{where}: field '{key}' mixes test-case objects with other values; expected a list of "
+                "objects (test cases) or one reference answer"
+            )
         raise DataError(
             f"{where}: field '{key}' is a list of {len(value)} answers; xrpo needs one reference string: "
             f"choose one with {spell('answer_key', key + '.0')} or join them in the file"
@@ -257,8 +268,10 @@ def _gsm8k_answer(value: Any, where: str, key: str) -> Any:
     if not isinstance(value, str):
         return value
     if _GSM8K_MARK not in value:
-        raise DataError(f"{where}: field '{key}' has no '{_GSM8K_MARK} <final answer>' line, which every GSM8K "
-                        "answer ends with (pass a column mapping or another layout if the file is not GSM8K)")
+        raise DataError(
+            f"{where}: field '{key}' has no '{_GSM8K_MARK} <final answer>' line, which every GSM8K "
+            "answer ends with (pass a column mapping or another layout if the file is not GSM8K)"
+        )
     final = value.rsplit(_GSM8K_MARK, 1)[1].strip()
     if not final:
         raise DataError(f"{where}: field '{key}' has nothing after its last '{_GSM8K_MARK}'")
@@ -299,18 +312,28 @@ def register_layout(layout: NamedLayout) -> NamedLayout:
     return layout
 
 
-register_layout(NamedLayout(
-    "verl", ("prompt", "reward_model"), "prompt", "reward_model.ground_truth",
-    detect=lambda r: isinstance(r.get("reward_model"), dict),
-))
+register_layout(
+    NamedLayout(
+        "verl",
+        ("prompt", "reward_model"),
+        "prompt",
+        "reward_model.ground_truth",
+        detect=lambda r: isinstance(r.get("reward_model"), dict),
+    )
+)
 register_layout(NamedLayout("math500", ("problem", "answer", "unique_id"), "problem", "answer", "unique_id"))
 register_layout(NamedLayout("aime2024", ("ID", "Problem", "Answer"), "Problem", "Answer", "ID"))
 register_layout(NamedLayout("matharena", ("problem_idx", "problem", "answer"), "problem", "answer", "problem_idx"))
-register_layout(NamedLayout(
-    "gsm8k", ("question", "answer"), "question", "answer",
-    detect=lambda r: "problem" not in r and isinstance(r.get("answer"), str) and _GSM8K_MARK in r["answer"],
-    answer_transform=_gsm8k_answer,
-))
+register_layout(
+    NamedLayout(
+        "gsm8k",
+        ("question", "answer"),
+        "question",
+        "answer",
+        detect=lambda r: "problem" not in r and isinstance(r.get("answer"), str) and _GSM8K_MARK in r["answer"],
+        answer_transform=_gsm8k_answer,
+    )
+)
 
 
 def _find_key(record: dict, candidates: tuple[str, ...]) -> str | None:
@@ -328,8 +351,17 @@ def _find_key(record: dict, candidates: tuple[str, ...]) -> str | None:
 class _Layout:
     """Which fields of a record give each part of a Problem (decided from the first record)."""
 
-    def __init__(self, first: dict, where: str, path: Path, prompt_key, answer_key, id_key, layout=None,
-                 spell: Callable = python_spelling) -> None:
+    def __init__(
+        self,
+        first: dict,
+        where: str,
+        path: Path,
+        prompt_key,
+        answer_key,
+        id_key,
+        layout=None,
+        spell: Callable = python_spelling,
+    ) -> None:
         self.spell = spell
         if layout is not None:  # a known name or "generic": load_problems_with_layout checked it
             named = LAYOUTS.get(layout)
@@ -364,8 +396,12 @@ class _Layout:
         self.prompt_key, self.answer_key, self.id_key = prompt_key, answer_key, id_key
 
     def describe(self) -> dict:
-        return {"layout": self.name, "prompt": self.prompt_key, "answer": self.answer_key,
-                "id": self.id_key if self.id_key is not None else "<record position>"}
+        return {
+            "layout": self.name,
+            "prompt": self.prompt_key,
+            "answer": self.answer_key,
+            "id": self.id_key if self.id_key is not None else "<record position>",
+        }
 
 
 def _make_problem(record: Any, where: str, index: int, layout: _Layout, stem: str, data_source: str | None) -> Problem:
@@ -458,8 +494,16 @@ def load_problems(
             (``line N`` / ``row N (0-based)``) and the field; an empty file; duplicate ids.
         ImportError: a `datasets` directory without the `datasets` package.
     """
-    return load_problems_with_layout(path, fmt=fmt, prompt_key=prompt_key, answer_key=answer_key, id_key=id_key,
-                                     data_source=data_source, limit=limit, layout=layout)[0]
+    return load_problems_with_layout(
+        path,
+        fmt=fmt,
+        prompt_key=prompt_key,
+        answer_key=answer_key,
+        id_key=id_key,
+        data_source=data_source,
+        limit=limit,
+        layout=layout,
+    )[0]
 
 
 def load_problems_with_layout(
@@ -496,8 +540,9 @@ def load_problems_with_layout(
     if data_source is not None and not isinstance(data_source, str):
         raise ValueError(f"data_source: expected a string or None, got {type(data_source).__name__}")
     if layout is not None and layout != "generic" and layout not in LAYOUTS:
-        raise ValueError(f"{path}: {spell('layout', None)}: unknown layout {layout!r}; "
-                         f"valid layouts: {[*LAYOUTS, 'generic']}")
+        raise ValueError(
+            f"{path}: {spell('layout', None)}: unknown layout {layout!r}; valid layouts: {[*LAYOUTS, 'generic']}"
+        )
     if fmt != "datasets" and path.is_dir():
         raise ValueError(f"{path}: is a directory, but {spell('fmt', fmt)} expects a file")
     if fmt == "datasets" and not path.is_dir():
@@ -564,8 +609,13 @@ def save_problems_jsonl(problems: Iterable[Problem], path: str | os.PathLike) ->
     lines = []
     for p in problems:
         _metadata_json(p, "save_problems_jsonl")
-        record = {"id": p.id, "prompt": p.prompt, "answer": p.answer, "data_source": p.data_source,
-                  "metadata": p.metadata}
+        record = {
+            "id": p.id,
+            "prompt": p.prompt,
+            "answer": p.answer,
+            "data_source": p.data_source,
+            "metadata": p.metadata,
+        }
         lines.append(json.dumps(record, ensure_ascii=False))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -591,13 +641,15 @@ def save_problems_verl_parquet(problems: Iterable[Problem], path: str | os.PathL
     rows = []
     for p in problems:
         messages = p.prompt if isinstance(p.prompt, list) else [{"role": "user", "content": p.prompt}]
-        rows.append({
-            "data_source": p.data_source,
-            # only role/content: one struct type for the column, and all verl reads
-            "prompt": [{"role": m["role"], "content": m["content"]} for m in messages],
-            "reward_model": {"style": "rule", "ground_truth": p.answer},
-            "extra_info": {"index": p.id, "metadata": _metadata_json(p, "save_problems_verl_parquet")},
-        })
+        rows.append(
+            {
+                "data_source": p.data_source,
+                # only role/content: one struct type for the column, and all verl reads
+                "prompt": [{"role": m["role"], "content": m["content"]} for m in messages],
+                "reward_model": {"style": "rule", "ground_truth": p.answer},
+                "extra_info": {"index": p.id, "metadata": _metadata_json(p, "save_problems_verl_parquet")},
+            }
+        )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)

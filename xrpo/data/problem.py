@@ -34,9 +34,7 @@ def _check_messages(prompt: Sequence[Any]) -> list[dict]:
             if key not in msg:
                 raise ValueError(f"prompt[{i}]: chat message has no '{key}' (keys: {sorted(msg)})")
             if not isinstance(msg[key], str):
-                raise ValueError(
-                    f"prompt[{i}].{key}: expected a string, got {type(msg[key]).__name__}"
-                )
+                raise ValueError(f"prompt[{i}].{key}: expected a string, got {type(msg[key]).__name__}")
         messages.append(dict(msg))
     if not any(m["role"] == "user" for m in messages):
         roles = [m["role"] for m in messages]
@@ -83,8 +81,7 @@ class Problem:
             )
         if not isinstance(self.answer, str):
             raise ValueError(
-                f"answer of problem {self.id!r}: expected a string, got {type(self.answer).__name__} "
-                f"({self.answer!r})"
+                f"answer of problem {self.id!r}: expected a string, got {type(self.answer).__name__} ({self.answer!r})"
             )
         if not self.answer.strip():
             # An empty reference would make every completion wrong (or, with a lenient verifier, right).
@@ -94,9 +91,7 @@ class Problem:
                 f"data_source of problem {self.id!r}: expected a string, got {type(self.data_source).__name__}"
             )
         if not isinstance(self.metadata, dict):
-            raise ValueError(
-                f"metadata of problem {self.id!r}: expected a dict, got {type(self.metadata).__name__}"
-            )
+            raise ValueError(f"metadata of problem {self.id!r}: expected a dict, got {type(self.metadata).__name__}")
 
     @property
     def is_chat(self) -> bool:

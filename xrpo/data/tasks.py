@@ -136,12 +136,30 @@ FAMILIES: dict[str, TaskFamily] = {
             name="simple_equations",
             levels=(
                 # the solution lies in [min_value, max_value]: a smaller range is the easier level, even with a*x
-                dict(min_terms=2, max_terms=2, min_value=1, max_value=10, operators=("+", "-", "*"),
-                     operators_weights=[0.4, 0.4, 0.2]),  # a*x + c = r, ...
-                dict(min_terms=2, max_terms=2, min_value=1, max_value=20, operators=("+", "-"),
-                     operators_weights=[0.5, 0.5]),  # x + c = r, c - x = r, ...
-                dict(min_terms=2, max_terms=2, min_value=1, max_value=50, operators=("+", "-"),
-                     operators_weights=[0.5, 0.5]),
+                dict(
+                    min_terms=2,
+                    max_terms=2,
+                    min_value=1,
+                    max_value=10,
+                    operators=("+", "-", "*"),
+                    operators_weights=[0.4, 0.4, 0.2],
+                ),  # a*x + c = r, ...
+                dict(
+                    min_terms=2,
+                    max_terms=2,
+                    min_value=1,
+                    max_value=20,
+                    operators=("+", "-"),
+                    operators_weights=[0.5, 0.5],
+                ),  # x + c = r, c - x = r, ...
+                dict(
+                    min_terms=2,
+                    max_terms=2,
+                    min_value=1,
+                    max_value=50,
+                    operators=("+", "-"),
+                    operators_weights=[0.5, 0.5],
+                ),
             ),
             question=_equation_question,
             note="One-variable linear equations: inverts the skills of chain_sum and products.",
@@ -151,12 +169,33 @@ FAMILIES: dict[str, TaskFamily] = {
             levels=(
                 # allow_parentheses=True on purpose: without it reasoning-gym evaluates left to right, ignoring
                 # operator precedence, and its answer to "2 + 3 * 4" would be 20.
-                dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+", "-", "*"),
-                     allow_parentheses=True, allow_negation=False),
-                dict(min_terms=3, max_terms=3, min_digits=1, max_digits=1, operators=("+", "-", "*"),
-                     allow_parentheses=True, allow_negation=False),
-                dict(min_terms=2, max_terms=2, min_digits=2, max_digits=2, operators=("+", "-", "*"),
-                     allow_parentheses=True, allow_negation=False),
+                dict(
+                    min_terms=2,
+                    max_terms=2,
+                    min_digits=1,
+                    max_digits=1,
+                    operators=("+", "-", "*"),
+                    allow_parentheses=True,
+                    allow_negation=False,
+                ),
+                dict(
+                    min_terms=3,
+                    max_terms=3,
+                    min_digits=1,
+                    max_digits=1,
+                    operators=("+", "-", "*"),
+                    allow_parentheses=True,
+                    allow_negation=False,
+                ),
+                dict(
+                    min_terms=2,
+                    max_terms=2,
+                    min_digits=2,
+                    max_digits=2,
+                    operators=("+", "-", "*"),
+                    allow_parentheses=True,
+                    allow_negation=False,
+                ),
             ),
             question=_expression_question,
             note="Mixed +, -, * with parentheses; overlaps chain_sum and products, so not in the default set.",
@@ -227,8 +266,9 @@ class _Cell:
         return None
 
 
-def _draw_split(n: int, split: str, seed: int, families: Sequence[str], levels: Mapping[str, Sequence[int]],
-                seen: set[str]) -> list[Problem]:
+def _draw_split(
+    n: int, split: str, seed: int, families: Sequence[str], levels: Mapping[str, Sequence[int]], seen: set[str]
+) -> list[Problem]:
     """`n` distinct problems, families in turn and, within a family, its levels in turn."""
     if n == 0:
         return []
@@ -315,9 +355,7 @@ def make_default_task(
         n_levels = len(FAMILIES[f].levels)
         bad = [lv for lv in lvs if isinstance(lv, bool) or not isinstance(lv, int) or not 0 <= lv < n_levels]
         if not lvs or bad or len(set(lvs)) != len(lvs):
-            raise ValueError(
-                f"levels[{f!r}]: expected distinct level indices in 0..{n_levels - 1}, got {lvs}"
-            )
+            raise ValueError(f"levels[{f!r}]: expected distinct level indices in 0..{n_levels - 1}, got {lvs}")
         chosen[f] = lvs
 
     seen: set[str] = set()

@@ -1,5 +1,6 @@
 """What `xrpo eval` samples with: the engine, the prompt renderer and (test-time ICL) the corpus, built from the
 evaluation's settings through the same builders as the trainer's (`xrpo.models.loading`, `xrpo.rollout.build`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,18 +33,29 @@ def build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
         kv_cache = cfg.vllm_kv_cache_gib if cfg.vllm_kv_cache_gib is not None else run.vllm_kv_cache_gib
         max_len = cfg.vllm_max_model_len if cfg.vllm_max_model_len is not None else run.vllm_max_model_len
         engine = build_engine(
-            "vllm", tokenizer, model_dir=model_dir, dtype=settings["dtype"], seed=cfg.seed,
-            vllm_dtype=run.vllm_dtype, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization or 0.9,
-            kv_cache_gib=kv_cache, max_model_len=max_len, enforce_eager=run.vllm_enforce_eager,
+            "vllm",
+            tokenizer,
+            model_dir=model_dir,
+            dtype=settings["dtype"],
+            seed=cfg.seed,
+            vllm_dtype=run.vllm_dtype,
+            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization or 0.9,
+            kv_cache_gib=kv_cache,
+            max_model_len=max_len,
+            enforce_eager=run.vllm_enforce_eager,
         )
     else:
         model, tokenizer, _ = loading.load_model(rm.load_path, dtype=settings["dtype"], log=log, **source)
         model.eval()
         engine = build_engine(cfg.engine, tokenizer, model=model, max_batch_size=settings["batch_size"])
     renderer = build_renderer(
-        tokenizer, prompt_template=settings["prompt_template"], icl_style=settings["icl_style"] or run.icl_style,
-        default_model=run.model_path == "default", use_chat_template=settings["chat_template"],
-        system_prompt=settings["system_prompt"], max_prompt_tokens=settings["max_prompt_tokens"],
+        tokenizer,
+        prompt_template=settings["prompt_template"],
+        icl_style=settings["icl_style"] or run.icl_style,
+        default_model=run.model_path == "default",
+        use_chat_template=settings["chat_template"],
+        system_prompt=settings["system_prompt"],
+        max_prompt_tokens=settings["max_prompt_tokens"],
         fewshot_example=run.icl_fewshot_example,
     )
     context = context_length(engine)
@@ -55,8 +67,9 @@ def build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
         from xrpo.eval.icl import load_corpus
 
         corpus = load_corpus(cfg.icl_corpus, settings["embedder"])
-        log(f"test-time ICL: {len(corpus)} solved problems from {Path(cfg.icl_corpus)}, {cfg.icl_k} examples per "
-            "prompt")
+        log(
+            f"test-time ICL: {len(corpus)} solved problems from {Path(cfg.icl_corpus)}, {cfg.icl_k} examples per prompt"
+        )
     return engine, renderer, corpus
 
 

@@ -1,5 +1,6 @@
 """`xrpo eval`'s options (`EvalConfig`: one docstring per field, the single source of `xrpo eval --help`) and the
 defaults that follow from them alone."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -116,8 +117,15 @@ class EvalConfig:
             raise ValueError(f"--temperature must be > 0 (use --greedy for greedy decoding), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
-        for name in ("max_new_tokens", "limit", "batch_size", "chunk_size", "threads", "max_prompt_tokens",
-                     "vllm_max_model_len"):
+        for name in (
+            "max_new_tokens",
+            "limit",
+            "batch_size",
+            "chunk_size",
+            "threads",
+            "max_prompt_tokens",
+            "vllm_max_model_len",
+        ):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
@@ -130,8 +138,7 @@ class EvalConfig:
         if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
             raise ValueError(f"--vllm-kv-cache-gib must be > 0, got {self.vllm_kv_cache_gib}")
         if self.vllm_gpu_memory_utilization is not None and not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise ValueError(f"--vllm-gpu-memory-utilization must be in (0, 1], got "
-                             f"{self.vllm_gpu_memory_utilization}")
+            raise ValueError(f"--vllm-gpu-memory-utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
         if self.dtype not in (None, "float32", "bfloat16"):
             raise ValueError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
         if not self.data:

@@ -13,6 +13,7 @@ The driver, top to bottom (docs/eval.md has the user's view):
                  verified chunk is appended to per_problem/<dataset>.jsonl and flushed before the next one starts.
     5. outputs   `xrpo.eval.results`: results.json, results.md, pass_at_k.png, lengths.png
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,9 @@ from xrpo.eval.spec import DataSpec, dataset_name, describe, load_dataset, parse
 __all__ = ["evaluate"]
 
 
-def evaluate(cfg: EvalConfig, *, log: Callable[[str], None] = print,
-             on_chunk: Callable[[str, list[dict]], None] | None = None) -> dict:
+def evaluate(
+    cfg: EvalConfig, *, log: Callable[[str], None] = print, on_chunk: Callable[[str, list[dict]], None] | None = None
+) -> dict:
     """Run an evaluation (see the module docstring and docs/eval.md); returns what results.json holds.
 
     ``on_chunk(dataset_name, records)`` is called after each chunk is appended (tests use it to interrupt a run).
@@ -98,9 +100,11 @@ def evaluate(cfg: EvalConfig, *, log: Callable[[str], None] = print,
             if over:
                 # the model cannot read these: every sample counts as wrong, so the denominator stays the benchmark's
                 ids = [r["id"] for r in over.values()]
-                log(f"[{name}] {len(over)} prompts do not fit the model's context with max_new_tokens="
+                log(
+                    f"[{name}] {len(over)} prompts do not fit the model's context with max_new_tokens="
                     f"{settings['max_new_tokens']}: counted as unsolved ({', '.join(ids[:5])}"
-                    f"{', ...' if len(over) > 5 else ''})")
+                    f"{', ...' if len(over) > 5 else ''})"
+                )
                 store.Appender(store.per_problem_path(out, name), extra)(list(over.values()))
                 done[name].update(over)
             sampling = _sampling(settings, stop, ds_seed=_dataset_seed(cfg.seed, name))
@@ -115,8 +119,20 @@ def evaluate(cfg: EvalConfig, *, log: Callable[[str], None] = print,
                 if on_chunk is not None:
                     on_chunk(name, recs)
 
-            _, recs = _sample(problems, engine, verifier, renderer, n, sampling, ks, prompts, chunk, done[name],
-                              chunk_done, cfg.save_completions)
+            _, recs = _sample(
+                problems,
+                engine,
+                verifier,
+                renderer,
+                n,
+                sampling,
+                ks,
+                prompts,
+                chunk,
+                done[name],
+                chunk_done,
+                cfg.save_completions,
+            )
             records_by_ds[name] = recs
     else:
         store.save_settings(out, settings)
@@ -136,25 +152,44 @@ def evaluate(cfg: EvalConfig, *, log: Callable[[str], None] = print,
 def _sample(problems, engine, verifier, renderer, n, sampling, ks, prompts, chunk, done, on_chunk, keep_text):
     from xrpo.rollout.validate import sample_and_score
 
-    return sample_and_score(problems, engine, verifier, renderer, n=n, sampling=sampling, ks=ks, prefix="",
-                            prompts=prompts, chunk_size=chunk, done=done, on_chunk=on_chunk, keep_text=keep_text)
+    return sample_and_score(
+        problems,
+        engine,
+        verifier,
+        renderer,
+        n=n,
+        sampling=sampling,
+        ks=ks,
+        prefix="",
+        prompts=prompts,
+        chunk_size=chunk,
+        done=done,
+        on_chunk=on_chunk,
+        keep_text=keep_text,
+    )
 
 
 def _dataset_seed(seed: int, name: str) -> int:
     """Each dataset its own seed stream, so that adding a dataset to a run does not change another's samples."""
     import zlib
 
-    return (seed * 1_000_003 + zlib.crc32(name.encode("utf-8"))) % (2 ** 31)
+    return (seed * 1_000_003 + zlib.crc32(name.encode("utf-8"))) % (2**31)
 
 
 def _sampling(settings: dict, stop: tuple, ds_seed: int):
     from xrpo.rollout.engine import SamplingParams
 
     if settings["greedy"]:
-        return SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=settings["max_new_tokens"], stop=stop,
-                              seed=ds_seed)
-    return SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
-                          max_new_tokens=settings["max_new_tokens"], stop=stop, seed=ds_seed)
+        return SamplingParams(
+            temperature=0.0, top_p=1.0, max_new_tokens=settings["max_new_tokens"], stop=stop, seed=ds_seed
+        )
+    return SamplingParams(
+        temperature=settings["temperature"],
+        top_p=settings["top_p"],
+        max_new_tokens=settings["max_new_tokens"],
+        stop=stop,
+        seed=ds_seed,
+    )
 
 
 def _over_context(problems, prompts, renderer, engine, max_new_tokens: int, done: dict, n: int) -> dict[int, dict]:
@@ -170,6 +205,9 @@ def _over_context(problems, prompts, renderer, engine, max_new_tokens: int, done
     out = {}
     for i, length in zip(todo, lengths):
         if length + max_new_tokens > context:
-            out[i] = unscored_record(problems[i], n, f"prompt of {length} tokens + max_new_tokens={max_new_tokens} "
-                                                  f"exceeds the model's context of {context}")
+            out[i] = unscored_record(
+                problems[i],
+                n,
+                f"prompt of {length} tokens + max_new_tokens={max_new_tokens} exceeds the model's context of {context}",
+            )
     return out

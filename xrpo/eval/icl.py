@@ -2,6 +2,7 @@
 prompt built from the --icl-k most similar solved problems of that corpus (a JSONL of problem_id / problem /
 solution, or a corpus directory a training run saved), retrieved by the same embedder as in training. Retrieval never
 returns a corpus problem with the query's id or text."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,4 +30,3 @@ def icl_prompts(problems: list[Problem], renderer, corpus, k: int) -> tuple[list
         prompts.append(icl.text)
         extra[p.id] = {"icl_examples": [e.problem_id for e in ex[: icl.num_examples]]}
     return prompts, extra
-

@@ -5,6 +5,7 @@ anything else ("default", a transformers directory, a hub id, "package:NAME") is
 default settings. `run_defaults` is the one place eval reads a training config: everything after it takes the plain
 `RunDefaults`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,14 +78,33 @@ def run_defaults(cfg) -> RunDefaults:
     """The `RunDefaults` of a `xrpo.trainer.config.TrainConfig`."""
     m, d, r = cfg.model, cfg.data, cfg.rollout
     return RunDefaults(
-        model_path=m.path, dtype=m.dtype, use_chat_template=m.use_chat_template, system_prompt=m.system_prompt,
-        cache_dir=m.cache_dir, warmup_steps=m.warmup_steps, seed=cfg.seed, train=d.train, heldout=d.heldout,
-        n_heldout=d.n_heldout, prompt_key=d.prompt_key, answer_key=d.answer_key, id_key=d.id_key,
-        verifier=d.verifier, verifier_args=dict(d.verifier_args or {}), prompt_template=d.prompt_template,
-        max_prompt_tokens=d.max_prompt_tokens, max_new_tokens=r.max_new_tokens, stop=tuple(r.stop),
-        max_batch_size=r.max_batch_size, icl_style=r.icl_style, icl_fewshot_example=r.icl_fewshot_example,
-        embedder=r.embedder, vllm_dtype=r.vllm_dtype, vllm_kv_cache_gib=r.vllm_kv_cache_gib,
-        vllm_max_model_len=r.vllm_max_model_len, vllm_enforce_eager=r.vllm_enforce_eager,
+        model_path=m.path,
+        dtype=m.dtype,
+        use_chat_template=m.use_chat_template,
+        system_prompt=m.system_prompt,
+        cache_dir=m.cache_dir,
+        warmup_steps=m.warmup_steps,
+        seed=cfg.seed,
+        train=d.train,
+        heldout=d.heldout,
+        n_heldout=d.n_heldout,
+        prompt_key=d.prompt_key,
+        answer_key=d.answer_key,
+        id_key=d.id_key,
+        verifier=d.verifier,
+        verifier_args=dict(d.verifier_args or {}),
+        prompt_template=d.prompt_template,
+        max_prompt_tokens=d.max_prompt_tokens,
+        max_new_tokens=r.max_new_tokens,
+        stop=tuple(r.stop),
+        max_batch_size=r.max_batch_size,
+        icl_style=r.icl_style,
+        icl_fewshot_example=r.icl_fewshot_example,
+        embedder=r.embedder,
+        vllm_dtype=r.vllm_dtype,
+        vllm_kv_cache_gib=r.vllm_kv_cache_gib,
+        vllm_max_model_len=r.vllm_max_model_len,
+        vllm_enforce_eager=r.vllm_enforce_eager,
     )
 
 
@@ -130,8 +150,9 @@ def resolve_model(spec: str) -> ResolvedModel:
                     cfg = from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
                 except (ValueError, yaml.YAMLError) as e:
                     raise ValueError(f"model {spec}: cannot read {run_dir / 'config.yaml'}: {e}") from None
-            return ResolvedModel(spec, str(ckpt_dir / "model"), run_defaults(cfg), str(run_dir) if run_dir else None,
-                                 str(ckpt_dir))
+            return ResolvedModel(
+                spec, str(ckpt_dir / "model"), run_defaults(cfg), str(run_dir) if run_dir else None, str(ckpt_dir)
+            )
     cfg = TrainConfig()
     cfg.model.path = spec
     return ResolvedModel(spec, spec, run_defaults(cfg), None, None)

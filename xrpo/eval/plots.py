@@ -1,5 +1,6 @@
 """PNG plots for `xrpo eval` and `xrpo report`: matplotlib (the `plot` extra), imported lazily with the Agg backend so
 that nothing here needs a display. Every function writes one file and returns its path."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -47,9 +48,14 @@ def plot_pass_at_k(results: Mapping, path: Path) -> Path:
         ns, cs = [r["n"] for r in recs], [r["c"] for r in recs]
         ys = [100 * mean_pass_at_k(ns, cs, k) for k in ks_all]
         curves.append(ys)
-        line, = ax.plot(ks_all, ys, label=name)
-        ax.plot([k for k in ks_all if k in marked], [y for k, y in zip(ks_all, ys) if k in marked], "o",
-                color=line.get_color(), ms=4)
+        (line,) = ax.plot(ks_all, ys, label=name)
+        ax.plot(
+            [k for k in ks_all if k in marked],
+            [y for k, y in zip(ks_all, ys) if k in marked],
+            "o",
+            color=line.get_color(),
+            ms=4,
+        )
     if len(curves) > 1:
         ax.plot(ks_all, np.mean(curves, axis=0), "k--", label="Avg.")
     if n > 1:
@@ -80,18 +86,35 @@ def plot_lengths(results: Mapping, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: Path, *, title: str,
-               ylabel: str, xlabel: str = "step", smooth: int = 0) -> Path:
+def plot_lines(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: Path,
+    *,
+    title: str,
+    ylabel: str,
+    xlabel: str = "step",
+    smooth: int = 0,
+) -> Path:
     """One line per series ``{label: (x, y)}``; ``smooth`` > 1 adds a moving average of that window."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for label, (x, y) in series.items():
-        line, = ax.plot(x, y, label=label, alpha=0.45 if smooth > 1 and len(y) > smooth else 1.0,
-                        marker="o" if len(x) <= 12 else None, ms=3)
+        (line,) = ax.plot(
+            x,
+            y,
+            label=label,
+            alpha=0.45 if smooth > 1 and len(y) > smooth else 1.0,
+            marker="o" if len(x) <= 12 else None,
+            ms=3,
+        )
         if smooth > 1 and len(y) > smooth:
             w = np.ones(smooth) / smooth
-            ax.plot(list(x)[smooth - 1:], np.convolve(y, w, mode="valid"), color=line.get_color(),
-                    label=f"{label} ({smooth}-step mean)")
+            ax.plot(
+                list(x)[smooth - 1 :],
+                np.convolve(y, w, mode="valid"),
+                color=line.get_color(),
+                label=f"{label} ({smooth}-step mean)",
+            )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -116,8 +139,9 @@ def plot_histograms(groups: Mapping[str, Sequence[float]], path: Path, *, title:
     return _save(fig, path)
 
 
-def plot_stacked(x: Sequence[float], parts: Mapping[str, Sequence[float]], path: Path, *, title: str,
-                 ylabel: str) -> Path:
+def plot_stacked(
+    x: Sequence[float], parts: Mapping[str, Sequence[float]], path: Path, *, title: str, ylabel: str
+) -> Path:
     """Stacked bars: one bar per x, one segment per part."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))

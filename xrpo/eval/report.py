@@ -13,6 +13,7 @@ facts at the top count the whole run: wall time, rollouts and tokens over every 
 summary.json, or the latest checkpoint while the run is unfinished); the *.discarded.jsonl files a resume set aside
 are not read.
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,20 +51,27 @@ def results_markdown(results: Mapping, *, title: bool = True) -> str:
     if s["greedy"]:
         how = f"greedy decoding, max {s['max_new_tokens']} new tokens"
     else:
-        how = (f"n = {n} samples per problem, temperature {s['temperature']:g}, top-p {s['top_p']:g}, "
-               f"max {s['max_new_tokens']} new tokens, seed {s['seed']}")
+        how = (
+            f"n = {n} samples per problem, temperature {s['temperature']:g}, top-p {s['top_p']:g}, "
+            f"max {s['max_new_tokens']} new tokens, seed {s['seed']}"
+        )
     icl = f"; test-time ICL from {s['icl_corpus']} (k = {s['icl_k']})" if s.get("icl_corpus") else ""
-    lines += [f"{how}; verifier `{s['verifier']}`{icl}. pass@k (unbiased estimator) and cons@{n} (majority vote "
-              f"over parsed answers) in %.", ""]
+    lines += [
+        f"{how}; verifier `{s['verifier']}`{icl}. pass@k (unbiased estimator) and cons@{n} (majority vote "
+        f"over parsed answers) in %.",
+        "",
+    ]
     lines.append("| Metric | " + " | ".join(names) + " | Avg. |")
     lines.append("|---|" + "---:|" * (len(names) + 1))
     for label, key, fmt in rows:
         vals = [fmt(results["datasets"][d]["metrics"][key]) for d in names]
         lines.append(f"| {label} | " + " | ".join(vals) + f" | {fmt(results['average'][key])} |")
     if "unsampled_problems" in results["average"]:
-        lines.append("| prompt over the context: unsolved (Avg.: total) | "
-                     + " | ".join(f"{results['datasets'][d]['metrics']['unsampled_problems']:.0f}" for d in names)
-                     + f" | {results['average']['unsampled_problems']:.0f} |")
+        lines.append(
+            "| prompt over the context: unsolved (Avg.: total) | "
+            + " | ".join(f"{results['datasets'][d]['metrics']['unsampled_problems']:.0f}" for d in names)
+            + f" | {results['average']['unsampled_problems']:.0f} |"
+        )
     counts = [results["datasets"][d]["num_problems"] for d in names]
     lines.append("| problems (Avg.: total) | " + " | ".join(str(c) for c in counts) + f" | {sum(counts)} |")
     return "\n".join(lines) + "\n"
@@ -97,17 +105,23 @@ class _Page:
                 out.append(v)
             elif kind == "table":
                 header, rows = v
-                out.append("\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                                     + ["| " + " | ".join(r) + " |" for r in rows]))
+                out.append(
+                    "\n".join(
+                        ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                        + ["| " + " | ".join(r) + " |" for r in rows]
+                    )
+                )
             else:
                 out.append(f"![{v[1]}]({os.path.relpath(v[0], base)})")
         return "\n\n".join(out) + "\n"
 
     def html(self, title: str) -> str:
-        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
-               "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
-               "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}"
-               "td:first-child,th:first-child{text-align:left}img{max-width:100%}</style></head><body>"]
+        out = [
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
+            "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}"
+            "td:first-child,th:first-child{text-align:left}img{max-width:100%}</style></head><body>"
+        ]
         for kind, v in self.blocks:
             if kind == "h":
                 out.append(f"<h{v[0]}>{html.escape(v[1])}</h{v[0]}>")
@@ -115,9 +129,13 @@ class _Page:
                 out.append(f"<p>{html.escape(v).replace('`', '')}</p>")
             elif kind == "table":
                 header, rows = v
-                out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
-                           + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
-                                     for r in rows) + "</table>")
+                out.append(
+                    "<table><tr>"
+                    + "".join(f"<th>{html.escape(h)}</th>" for h in header)
+                    + "</tr>"
+                    + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+                    + "</table>"
+                )
             else:
                 data = base64.b64encode(Path(v[0]).read_bytes()).decode()
                 out.append(f"<img alt='{html.escape(v[1])}' src='data:image/png;base64,{data}'>")
@@ -170,8 +188,10 @@ def _segment_facts(segments: list[dict], summary: dict) -> list[list[str]]:
     if len(segments) > 1:
         text = f"{len(segments)}: steps " + ", ".join(f"{s['start_step']}->{s['end_step']}" for s in segments)
         if lost:
-            text += (f"; {redone} steps and {lost:.1f} s of logged work after a checkpoint were set aside on resume "
-                     f"(*.discarded.jsonl) and are not in the wall time")
+            text += (
+                f"; {redone} steps and {lost:.1f} s of logged work after a checkpoint were set aside on resume "
+                f"(*.discarded.jsonl) and are not in the wall time"
+            )
         facts.append(["segments", text])
     return facts
 
@@ -184,8 +204,9 @@ def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
 TIME_PARTS = ("time/generate", "time/verify", "time/plan", "time/retrieve", "time/old_logprobs", "time/update")
 
 
-def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = None, *, html_page: bool = True,
-                log=print) -> Path:
+def make_report(
+    run_dir: str | os.PathLike, output: str | os.PathLike | None = None, *, html_page: bool = True, log=print
+) -> Path:
     """Write RUN_DIR/report/report.md (+ report.html with the PNGs embedded, and the PNGs); returns report.md's path.
 
     Raises FileNotFoundError when RUN_DIR holds no metrics.jsonl, ImportError (naming the `plot` extra) without
@@ -216,12 +237,21 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
     page.h(1, f"Training report: {run.name}")
     steps = [r["step"] for r in metrics]
     repeated = len(logged) - len(metrics)
-    facts = [["method", method],
-             ["steps logged", f"{len(metrics)} (last {steps[-1]})" + (
-                 f"; {repeated} rows repeated a step (a run resumed by an xrpo that did not set them aside): the last "
-                 f"row of each step is used" if repeated else "")],
-             ["model", str((config.get("model") or {}).get("path", "?"))],
-             ["training data", str((config.get("data") or {}).get("train", "?"))]]
+    facts = [
+        ["method", method],
+        [
+            "steps logged",
+            f"{len(metrics)} (last {steps[-1]})"
+            + (
+                f"; {repeated} rows repeated a step (a run resumed by an xrpo that did not set them aside): the last "
+                f"row of each step is used"
+                if repeated
+                else ""
+            ),
+        ],
+        ["model", str((config.get("model") or {}).get("path", "?"))],
+        ["training data", str((config.get("data") or {}).get("train", "?"))],
+    ]
     rollouts = summary.get("rollouts", sum(float(r.get("rollout/count", 0.0)) for r in metrics))
     tokens = summary.get("tokens", sum(float(r.get("loss/tokens", 0.0)) for r in metrics))
     facts.append(["rollouts trained on", f"{rollouts:.0f} ({tokens:.0f} completion tokens)"])
@@ -231,38 +261,62 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
         facts.append(["wall time", f"{summary['wall_time_s']:.0f} s (of its last segment, if it was resumed)"])
     if summary:
         if summary.get("pass@1_before") is not None:
-            facts.append(["held-out pass@1", f"{summary['pass@1_before']:.3f} -> {summary['pass@1_after']:.3f} "
-                                             f"({summary.get('heldout_problems')} problems x "
-                                             f"{summary.get('heldout_samples_per_problem')} samples)"])
+            facts.append(
+                [
+                    "held-out pass@1",
+                    f"{summary['pass@1_before']:.3f} -> {summary['pass@1_after']:.3f} "
+                    f"({summary.get('heldout_problems')} problems x "
+                    f"{summary.get('heldout_samples_per_problem')} samples)",
+                ]
+            )
     else:
         facts.append(["status", "no summary.json: the run has not finished (or was killed)"])
     page.table(["", ""], facts)
 
     # -------- training reward
     page.h(2, "Training reward")
-    series = {k.split("/")[1]: _series(metrics, k) for k in ("rollout/reward_mean", "rollout/solved_prompt_frac")
-              if any(k in r for r in metrics)}
+    series = {
+        k.split("/")[1]: _series(metrics, k)
+        for k in ("rollout/reward_mean", "rollout/solved_prompt_frac")
+        if any(k in r for r in metrics)
+    }
     if series:
         smooth = 10 if len(metrics) >= 30 else 0
-        page.img(plots.plot_lines(series, out / "reward.png", title="Training rollouts", ylabel="mean over the step",
-                                  smooth=smooth), "training reward")
+        page.img(
+            plots.plot_lines(
+                series, out / "reward.png", title="Training rollouts", ylabel="mean over the step", smooth=smooth
+            ),
+            "training reward",
+        )
         x, y = series.get("reward_mean", ([], []))
         if y:
             k = max(1, len(y) // 10)
-            page.p(f"Mean reward of the first {k} steps {np.mean(y[:k]):.3f}, of the last {k} steps "
-                   f"{np.mean(y[-k:]):.3f}.")
+            page.p(
+                f"Mean reward of the first {k} steps {np.mean(y[:k]):.3f}, of the last {k} steps {np.mean(y[-k:]):.3f}."
+            )
     else:
         page.p("No rollout/reward_mean logged.")
 
     # -------- held-out
     page.h(2, "Held-out accuracy")
-    keys = sorted({k for r in evals for k in r if k.startswith("eval/") and ("pass@" in k or "cons@" in k)},
-                  key=lambda k: ("cons@" in k, int(k.split("@")[1])))  # pass@k by k, then cons@n
+    keys = sorted(
+        {k for r in evals for k in r if k.startswith("eval/") and ("pass@" in k or "cons@" in k)},
+        key=lambda k: ("cons@" in k, int(k.split("@")[1])),
+    )  # pass@k by k, then cons@n
     if keys:
-        page.img(plots.plot_lines({k.split("/")[1]: _series(evals, k) for k in keys}, out / "heldout.png",
-                                  title="Held-out validation", ylabel="accuracy"), "held-out accuracy")
-        page.table(["step"] + [k.split("/")[1] for k in keys],
-                   [[str(r["step"])] + [f"{r[k]:.3f}" if k in r else "" for k in keys] for r in evals])
+        page.img(
+            plots.plot_lines(
+                {k.split("/")[1]: _series(evals, k) for k in keys},
+                out / "heldout.png",
+                title="Held-out validation",
+                ylabel="accuracy",
+            ),
+            "held-out accuracy",
+        )
+        page.table(
+            ["step"] + [k.split("/")[1] for k in keys],
+            [[str(r["step"])] + [f"{r[k]:.3f}" if k in r else "" for k in keys] for r in evals],
+        )
     else:
         page.p("No validation logged (eval.jsonl is empty).")
 
@@ -274,14 +328,22 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
         by_round: dict[str, list[float]] = {}
         for r in planned:
             by_round.setdefault(f"round {r['round']}", []).extend(r["alloc"])
-        page.img(plots.plot_histograms(dict(sorted(by_round.items())), out / "allocation.png",
-                                       title="Extra rollouts per prompt in each planning round",
-                                       xlabel="extra rollouts"), "allocation histograms")
+        page.img(
+            plots.plot_histograms(
+                dict(sorted(by_round.items())),
+                out / "allocation.png",
+                title="Extra rollouts per prompt in each planning round",
+                xlabel="extra rollouts",
+            ),
+            "allocation histograms",
+        )
         nonuni = sum(bool(r.get("nonuniform")) for r in planned)
         allv = [a for v in by_round.values() for a in v]
-        page.p(f"{len(planned)} planning rounds over {len({r['step'] for r in planned})} steps; non-uniform "
-               f"allocation in {nonuni} ({nonuni / len(planned):.1%}); largest extra for one prompt in one round: "
-               f"{max(allv):.0f}; prompts given no extra rollout: {np.mean(np.asarray(allv) == 0):.1%}.")
+        page.p(
+            f"{len(planned)} planning rounds over {len({r['step'] for r in planned})} steps; non-uniform "
+            f"allocation in {nonuni} ({nonuni / len(planned):.1%}); largest extra for one prompt in one round: "
+            f"{max(allv):.0f}; prompts given no extra rollout: {np.mean(np.asarray(allv) == 0):.1%}."
+        )
     else:
         page.p("No planning rounds logged (a method without hierarchical rollout planning, e.g. GRPO).")
 
@@ -290,11 +352,23 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
     if any("icl/seeded_prompts" in r for r in metrics):
         xs, seeded = _series(metrics, "icl/seeded_prompts")
         _, flips = _series(metrics, "icl/flips")
-        page.img(plots.plot_lines({"seeded prompts (summed over rounds)": (xs, seeded), "flips": (xs, flips),
-                                   "cumulative flips": (xs, list(np.cumsum(flips)))}, out / "icl.png",
-                                  title="ICL seeding per step", ylabel="prompts"), "ICL seeding")
-        page.p(f"{sum(seeded):.0f} prompts were ICL-seeded, {sum(flips):.0f} of them flipped to at least one correct "
-               f"rollout ({sum(flips) / max(sum(seeded), 1):.1%}).")
+        page.img(
+            plots.plot_lines(
+                {
+                    "seeded prompts (summed over rounds)": (xs, seeded),
+                    "flips": (xs, flips),
+                    "cumulative flips": (xs, list(np.cumsum(flips))),
+                },
+                out / "icl.png",
+                title="ICL seeding per step",
+                ylabel="prompts",
+            ),
+            "ICL seeding",
+        )
+        page.p(
+            f"{sum(seeded):.0f} prompts were ICL-seeded, {sum(flips):.0f} of them flipped to at least one correct "
+            f"rollout ({sum(flips) / max(sum(seeded), 1):.1%})."
+        )
     else:
         page.p("No ICL seeding logged (ICL off).")
 
@@ -302,24 +376,36 @@ def make_report(run_dir: str | os.PathLike, output: str | os.PathLike | None = N
     page.h(2, "Novelty-guided advantage sharpening")
     if any("adv/sharpened_count" in r for r in metrics):
         xs, sharp = _series(metrics, "adv/sharpened_count")
-        page.img(plots.plot_lines({"sharpened advantages": (xs, sharp)}, out / "sharpened.png",
-                                  title="Advantages sharpened per step (Eq. 6)", ylabel="rollouts"), "sharpening")
+        page.img(
+            plots.plot_lines(
+                {"sharpened advantages": (xs, sharp)},
+                out / "sharpened.png",
+                title="Advantages sharpened per step (Eq. 6)",
+                ylabel="rollouts",
+            ),
+            "sharpening",
+        )
         page.p(f"{sum(sharp):.0f} advantages sharpened in all, {np.mean(sharp):.2f} per step.")
     else:
         page.p("No sharpening logged (sharpening off).")
 
     # -------- time
     page.h(2, "Step time")
-    parts = {k.split("/")[1]: [float(r.get(k, 0.0)) for r in metrics] for k in TIME_PARTS
-             if any(k in r for r in metrics)}
+    parts = {
+        k.split("/")[1]: [float(r.get(k, 0.0)) for r in metrics] for k in TIME_PARTS if any(k in r for r in metrics)
+    }
     if any("time/step" in r for r in metrics) and parts:
         total = np.array([float(r.get("time/step", 0.0)) for r in metrics])
         parts["other"] = list(np.maximum(total - np.sum([np.asarray(v) for v in parts.values()], axis=0), 0.0))
-        page.img(plots.plot_stacked(steps, parts, out / "step_time.png", title="Time per step",
-                                    ylabel="seconds"), "step time breakdown")
-        page.table(["part", "mean s/step", "share"],
-                   [[k, f"{np.mean(v):.3f}", f"{np.sum(v) / max(total.sum(), 1e-12):.1%}"] for k, v in parts.items()]
-                   + [["step", f"{total.mean():.3f}", "100%"]])
+        page.img(
+            plots.plot_stacked(steps, parts, out / "step_time.png", title="Time per step", ylabel="seconds"),
+            "step time breakdown",
+        )
+        page.table(
+            ["part", "mean s/step", "share"],
+            [[k, f"{np.mean(v):.3f}", f"{np.sum(v) / max(total.sum(), 1e-12):.1%}"] for k, v in parts.items()]
+            + [["step", f"{total.mean():.3f}", "100%"]],
+        )
     else:
         page.p("No time/* metrics logged.")
 

@@ -1,5 +1,6 @@
 """The results of `xrpo eval`: the figures per dataset and on average (results.json), the table (results.md) and
 the plots (pass_at_k.png, lengths.png)."""
+
 from __future__ import annotations
 
 from pathlib import Path

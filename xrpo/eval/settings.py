@@ -1,5 +1,6 @@
 """The settings of an evaluation: `EvalConfig`'s options with every default filled in, from the model's run (its
 config.yaml) or the trainer's defaults. What they hold is what settings.json records (`xrpo.eval.store`)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,9 @@ def resolve_settings(cfg: EvalConfig, rm: ResolvedModel, n: int) -> dict:
             template = "Q: {prompt}\nA:" if is_default_model else "{prompt}"
     template = PROMPT_TEMPLATES.get(template, template)
     if "{prompt}" not in template:
-        raise ValueError(f"--prompt-template must contain {{prompt}} or be one of {sorted(PROMPT_TEMPLATES)}, "
-                         f"got {template!r}")
+        raise ValueError(
+            f"--prompt-template must contain {{prompt}} or be one of {sorted(PROMPT_TEMPLATES)}, got {template!r}"
+        )
     if cfg.max_new_tokens is not None:
         max_new = cfg.max_new_tokens
     else:
@@ -45,7 +47,8 @@ def resolve_settings(cfg: EvalConfig, rm: ResolvedModel, n: int) -> dict:
         raise FileNotFoundError(f"--icl-corpus {cfg.icl_corpus} does not exist")
     return {
         "version": SETTINGS_VERSION,
-        "model": str(Path(rm.load_path).expanduser().resolve()) if Path(rm.load_path).expanduser().exists()
+        "model": str(Path(rm.load_path).expanduser().resolve())
+        if Path(rm.load_path).expanduser().exists()
         else rm.spec,
         "checkpoint": rm.checkpoint,
         # checkpoints are safetensors even when the run started from a GGUF file
@@ -77,7 +80,6 @@ def resolve_settings(cfg: EvalConfig, rm: ResolvedModel, n: int) -> dict:
     }
 
 
-
 def corpus_sha(path: Path) -> str:
     """What a test-time ICL corpus shows: its JSONL, or a saved corpus directory's entries and meta (the embeddings
     and index follow from them and the embedder, a setting of its own). First 16 hex digits of a SHA-256."""
@@ -88,7 +90,6 @@ def corpus_sha(path: Path) -> str:
             raise FileNotFoundError(f"--icl-corpus {path}: {f} not found: not a JSONL file or a saved ICL corpus")
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
-
 
 
 def _verifier_args(text: str | None, default: dict) -> dict:
@@ -103,7 +104,7 @@ def _verifier_args(text: str | None, default: dict) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise ValueError(f"--verifier-args must be a YAML mapping of keyword arguments, e.g. '{{timeout: 2}}', "
-                         f"got {text!r}")
+        raise ValueError(
+            f"--verifier-args must be a YAML mapping of keyword arguments, e.g. '{{timeout: 2}}', got {text!r}"
+        )
     return value
-

@@ -5,6 +5,7 @@ named layouts detected: `xrpo.data.loaders`), "champ" (`xrpo.data.benchmarks`) o
 held-out split); the keys are name, prompt, answer, id, layout and format. ``--column-map`` (the same keys but name)
 applies to every file; a spec's own options override it key by key.
 """
+
 from __future__ import annotations
 
 import re
@@ -61,20 +62,29 @@ def parse_data_spec(spec: str, column_map: str | None = None) -> DataSpec:
             source, opts = head, tail
     shared = _parse_mapping(column_map, "--column-map") if column_map else {}
     if "name" in shared:
-        raise ValueError("--column-map: 'name' would give every dataset the same name; name one dataset with "
-                         "DATA:name=NAME")
+        raise ValueError(
+            "--column-map: 'name' would give every dataset the same name; name one dataset with DATA:name=NAME"
+        )
     own = _parse_mapping(opts, f"data spec {spec!r}") if opts else {}
     if source in _BUILTIN_DATA:
         fields = sorted(set(own) - {"name"})
         if fields:
-            raise ValueError(f"data spec {spec!r}: {source} is a built-in dataset with fixed fields; it takes only "
-                             f"name=, got {', '.join(f + '=' for f in fields)}")
+            raise ValueError(
+                f"data spec {spec!r}: {source} is a built-in dataset with fixed fields; it takes only "
+                f"name=, got {', '.join(f + '=' for f in fields)}"
+            )
         mapping = own  # the column map is for files
     else:
         mapping = {**shared, **own}
-    return DataSpec(source=source, name=mapping.get("name"), prompt_key=mapping.get("prompt"),
-                    answer_key=mapping.get("answer"), id_key=mapping.get("id"), layout=mapping.get("layout"),
-                    fmt=mapping.get("format"))
+    return DataSpec(
+        source=source,
+        name=mapping.get("name"),
+        prompt_key=mapping.get("prompt"),
+        answer_key=mapping.get("answer"),
+        id_key=mapping.get("id"),
+        layout=mapping.get("layout"),
+        fmt=mapping.get("format"),
+    )
 
 
 _GENERIC_STEMS = {"test", "train", "validation", "val", "dev", "data", "dataset", "eval", "default", "heldout"}
@@ -103,8 +113,10 @@ def slug(name: str) -> str:
 def describe(info: dict) -> str:
     if info.get("layout") in ("champ", "default task"):
         return info.get("note", info["layout"])
-    return (f"{info.get('format')}, layout {info.get('layout')}: prompt={info.get('prompt')}, "
-            f"answer={info.get('answer')}, id={info.get('id')}")
+    return (
+        f"{info.get('format')}, layout {info.get('layout')}: prompt={info.get('prompt')}, "
+        f"answer={info.get('answer')}, id={info.get('id')}"
+    )
 
 
 def load_dataset(spec: DataSpec, run: RunDefaults, limit: int | None) -> tuple[list[Problem], dict]:
@@ -115,9 +127,13 @@ def load_dataset(spec: DataSpec, run: RunDefaults, limit: int | None) -> tuple[l
         from xrpo.data.benchmarks import load_champ
 
         problems, excluded = load_champ()
-        info = {"layout": "champ", "kept": len(problems), "excluded": len(excluded),
-                "note": f"champ-dataset: {len(problems)} of {len(problems) + len(excluded)} problems have an "
-                        f"automatically gradeable answer (xrpo.data.benchmarks)"}
+        info = {
+            "layout": "champ",
+            "kept": len(problems),
+            "excluded": len(excluded),
+            "note": f"champ-dataset: {len(problems)} of {len(problems) + len(excluded)} problems have an "
+            f"automatically gradeable answer (xrpo.data.benchmarks)",
+        }
         return (problems[:limit] if limit else problems), info
     if spec.source == "default":
         return _default_heldout(run, limit)
@@ -127,24 +143,33 @@ def load_dataset(spec: DataSpec, run: RunDefaults, limit: int | None) -> tuple[l
     if not src.exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", spec.source):
         raise FileNotFoundError(
             f"data {spec.source}: no such file or directory. A hub dataset? xrpo reads local copies: save one with "
-            f"datasets.load_dataset('{spec.source}', split='test').save_to_disk(DIR) (or to_parquet) and pass DIR")
+            f"datasets.load_dataset('{spec.source}', split='test').save_to_disk(DIR) (or to_parquet) and pass DIR"
+        )
 
     def spell(arg: str, value: str | None) -> str:
         # errors name the data spec option to write, not load_problems' keyword
         name = _SPEC_NAMES.get(arg, arg)
         return name if value is None else f"{spec.source}:{name}={value}"
 
-    return load_problems_with_layout(spec.source, fmt=spec.fmt, prompt_key=spec.prompt_key,
-                                     answer_key=spec.answer_key, id_key=spec.id_key, layout=spec.layout, limit=limit,
-                                     spelling=spell)
+    return load_problems_with_layout(
+        spec.source,
+        fmt=spec.fmt,
+        prompt_key=spec.prompt_key,
+        answer_key=spec.answer_key,
+        id_key=spec.id_key,
+        layout=spec.layout,
+        limit=limit,
+        spelling=spell,
+    )
 
 
 def _default_heldout(run: RunDefaults, limit: int | None) -> tuple[list[Problem], dict]:
     if run.heldout:
         from xrpo.data import load_problems_with_layout
 
-        problems, info = load_problems_with_layout(run.heldout, prompt_key=run.prompt_key, answer_key=run.answer_key,
-                                                   id_key=run.id_key)
+        problems, info = load_problems_with_layout(
+            run.heldout, prompt_key=run.prompt_key, answer_key=run.answer_key, id_key=run.id_key
+        )
         problems = problems[: run.n_heldout]
         info["note"] = f"the run's held-out file {run.heldout}"
     elif run.train == "default":
@@ -152,8 +177,10 @@ def _default_heldout(run: RunDefaults, limit: int | None) -> tuple[list[Problem]
 
         # the held-out split depends only on (n_heldout, seed): it is drawn before, and apart from, the training set
         _, problems = make_default_task(n_train=0, n_heldout=run.n_heldout, seed=run.seed)
-        info = {"layout": "default task",
-                "note": f"the built-in task's held-out split ({run.n_heldout} problems, seed {run.seed})"}
+        info = {
+            "layout": "default task",
+            "note": f"the built-in task's held-out split ({run.n_heldout} problems, seed {run.seed})",
+        }
     else:
         raise ValueError("data 'default': the run trained on a file and has no data.heldout to evaluate on")
     return (problems[:limit] if limit else problems), info

@@ -8,6 +8,7 @@
 
 Files other than the per-problem ones are written atomically (`write_atomic`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,17 +20,49 @@ from xrpo.data import DataError, Problem
 from xrpo.eval.config import default_chunk_size
 from xrpo.eval.spec import slug
 
-__all__ = ["SAMPLE_SETTINGS", "SETTINGS_VERSION", "Appender", "check_settings", "per_problem_path", "prompt_sha",
-           "read_records", "save_settings", "saved_records", "write_atomic"]
+__all__ = [
+    "SAMPLE_SETTINGS",
+    "SETTINGS_VERSION",
+    "Appender",
+    "check_settings",
+    "per_problem_path",
+    "prompt_sha",
+    "read_records",
+    "save_settings",
+    "saved_records",
+    "write_atomic",
+]
 
 SETTINGS_VERSION = 2
 # settings that change the samples or their grading: a resumed run must match them (the rest may change between
 # runs). engine: another sampler implementation and its numerics, as dtype; chunk_size: with seed, which seed each
 # problem samples with (chunk c of a dataset draws from seed (seed, dataset, c)).
-SAMPLE_SETTINGS = ("model", "checkpoint", "gguf_file", "dtype", "engine", "n", "greedy", "temperature", "top_p",
-                   "max_new_tokens", "stop", "seed", "chunk_size", "prompt_template", "chat_template",
-                   "system_prompt", "icl_corpus", "icl_corpus_sha", "icl_k", "icl_style", "embedder",
-                   "max_prompt_tokens", "verifier", "verifier_args")
+SAMPLE_SETTINGS = (
+    "model",
+    "checkpoint",
+    "gguf_file",
+    "dtype",
+    "engine",
+    "n",
+    "greedy",
+    "temperature",
+    "top_p",
+    "max_new_tokens",
+    "stop",
+    "seed",
+    "chunk_size",
+    "prompt_template",
+    "chat_template",
+    "system_prompt",
+    "icl_corpus",
+    "icl_corpus_sha",
+    "icl_k",
+    "icl_style",
+    "embedder",
+    "max_prompt_tokens",
+    "verifier",
+    "verifier_args",
+)
 
 
 def per_problem_path(out: Path, name: str) -> Path:
@@ -41,10 +74,12 @@ def prompt_sha(problem: Problem) -> str:
     """The problem's prompt as the dataset gives it (text, or chat messages as JSON), first 16 hex digits of a
     SHA-256. The rest of what the model reads (template, chat template, system prompt, test-time ICL) is in
     settings.json."""
-    text = problem.prompt if isinstance(problem.prompt, str) else json.dumps(problem.prompt, ensure_ascii=False,
-                                                                             sort_keys=True)
+    text = (
+        problem.prompt
+        if isinstance(problem.prompt, str)
+        else json.dumps(problem.prompt, ensure_ascii=False, sort_keys=True)
+    )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
 
 
 def check_settings(path: Path, settings: dict) -> None:
@@ -56,15 +91,21 @@ def check_settings(path: Path, settings: dict) -> None:
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e}); use another --output") from None
     if not isinstance(saved, dict):
-        raise ValueError(f"{path}: expected a JSON object of settings, got {type(saved).__name__}; "
-                         "use another --output")
+        raise ValueError(
+            f"{path}: expected a JSON object of settings, got {type(saved).__name__}; use another --output"
+        )
     if saved.get("version") == 1:
         saved = _settings_from_v1(saved, settings)
-    diff = [f"{k}: saved {saved.get(k)!r}, now {settings.get(k)!r}" for k in ("version", *SAMPLE_SETTINGS)
-            if saved.get(k) != settings.get(k)]
+    diff = [
+        f"{k}: saved {saved.get(k)!r}, now {settings.get(k)!r}"
+        for k in ("version", *SAMPLE_SETTINGS)
+        if saved.get(k) != settings.get(k)
+    ]
     if diff:
-        raise ValueError(f"{path.parent} holds an evaluation with other settings ({'; '.join(diff)}); "
-                         "re-run with the saved settings to resume it, or use another --output")
+        raise ValueError(
+            f"{path.parent} holds an evaluation with other settings ({'; '.join(diff)}); "
+            "re-run with the saved settings to resume it, or use another --output"
+        )
 
 
 def _settings_from_v1(saved: dict, settings: dict) -> dict:
@@ -83,9 +124,9 @@ def save_settings(out: Path, settings: dict) -> None:
     write_atomic(out / "settings.json", json.dumps(settings, indent=1))
 
 
-
-def saved_records(out: Path, name: str, source: str, problems: list[Problem], shas: dict[str, str], n: int,
-                  log) -> dict[int, dict]:
+def saved_records(
+    out: Path, name: str, source: str, problems: list[Problem], shas: dict[str, str], n: int, log
+) -> dict[int, dict]:
     """The records of dataset ``name`` already in ``out``, by index into ``problems``, each checked against the
     problem as ``source`` now gives it: the same reference answer, the same prompt (``shas``: `prompt_sha` by id) and
     ``n`` samples. Records of problems not in ``problems`` (e.g. a smaller --limit than before) stay in the file and
@@ -109,13 +150,16 @@ def saved_records(out: Path, name: str, source: str, problems: list[Problem], sh
             raise ValueError(
                 f"{per_file}: problem {pid!r} of dataset {name} was sampled from another prompt than the one "
                 f"{source} now gives (prompt_sha saved {rec['prompt_sha']!r}, now {shas[pid]!r}: another "
-                f"prompt field or file?); re-run with the saved prompt field, or use another --output")
+                f"prompt field or file?); re-run with the saved prompt field, or use another --output"
+            )
         if rec.get("n") != n:
             raise ValueError(f"{out}: problem {pid!r} of {name} holds {rec.get('n')} samples, expected n={n}")
         mine[i] = rec
     if unhashed:
-        log(f"{per_file}: {unhashed} saved problems have no prompt_sha (written by an older xrpo): their prompts "
-            f"cannot be checked against {source}")
+        log(
+            f"{per_file}: {unhashed} saved problems have no prompt_sha (written by an older xrpo): their prompts "
+            f"cannot be checked against {source}"
+        )
     return mine
 
 
@@ -139,7 +183,7 @@ def read_records(path: Path, log) -> dict[str, dict]:
             if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
                 raise ValueError("not a record with an id")
         except ValueError as e:
-            if last or all(not x.strip() for x in lines[i + 1:]):
+            if last or all(not x.strip() for x in lines[i + 1 :]):
                 log(f"{path}: dropping an incomplete last record (line {i + 1}), left by an interrupted run")
                 break
             raise DataError(f"{path} line {i + 1}: not a per-problem record ({e}); the file is damaged") from None

@@ -399,8 +399,11 @@ class ICLCorpus:
                     pid = _check_str(rec["problem_id"], "problem_id")
                     text = _check_str(rec["problem"], "problem")
                     stored = [
-                        StoredSolution(_check_str(s["solution"], "solution"), _check_step(s["step"], "step"),
-                                       _check_step(s["seq"], "seq"))
+                        StoredSolution(
+                            _check_str(s["solution"], "solution"),
+                            _check_step(s["step"], "step"),
+                            _check_step(s["seq"], "seq"),
+                        )
                         for s in rec["solutions"]
                     ]
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
@@ -429,11 +432,13 @@ class ICLCorpus:
         if self.index_kind == "auto" and n < kw.get("threshold", DEFAULT_HNSW_THRESHOLD):
             return None
         try:
-            graph = HNSWIndex.load(path, self.embedder.dim, ef_search=kw.get("ef_search", 128),
-                                   num_threads=kw.get("num_threads", 1))
+            graph = HNSWIndex.load(
+                path, self.embedder.dim, ef_search=kw.get("ef_search", 128), num_threads=kw.get("num_threads", 1)
+            )
         except Exception as e:  # noqa: BLE001 - a damaged graph file is recoverable: the embeddings are the truth
-            warnings.warn(f"{path}: could not load the saved HNSW graph ({e}); rebuilding it from the embeddings",
-                          stacklevel=3)
+            warnings.warn(
+                f"{path}: could not load the saved HNSW graph ({e}); rebuilding it from the embeddings", stacklevel=3
+            )
             return None
         if len(graph) != n or not np.array_equal(graph.ids, np.arange(n)):
             warnings.warn(f"{path}: the saved HNSW graph does not match the {n} entries; rebuilding it", stacklevel=3)

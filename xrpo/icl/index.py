@@ -218,16 +218,22 @@ class HNSWIndex:
             raise ImportError("index kind 'hnsw' needs hnswlib: pip install 'xrpo[hnsw]'") from e
         if not isinstance(dim, (int, np.integer)) or dim < 1:
             raise ValueError(f"dim must be an int >= 1, got {dim!r}")
-        for arg, v in (("M", M), ("ef_construction", ef_construction), ("ef_search", ef_search),
-                       ("initial_capacity", initial_capacity), ("num_threads", num_threads)):
+        for arg, v in (
+            ("M", M),
+            ("ef_construction", ef_construction),
+            ("ef_search", ef_search),
+            ("initial_capacity", initial_capacity),
+            ("num_threads", num_threads),
+        ):
             if v < 1:
                 raise ValueError(f"{arg} must be >= 1, got {v}")
         self.dim = int(dim)
         self.ef_search = int(ef_search)
         self.num_threads = int(num_threads)
         self._index = hnswlib.Index(space="ip", dim=self.dim)
-        self._index.init_index(max_elements=int(initial_capacity), M=int(M), ef_construction=int(ef_construction),
-                               random_seed=int(seed))
+        self._index.init_index(
+            max_elements=int(initial_capacity), M=int(M), ef_construction=int(ef_construction), random_seed=int(seed)
+        )
         self._index.set_ef(self.ef_search)
         self._id_set: set[int] = set()
 

@@ -11,6 +11,7 @@ Warm-start data (why it looks like this):
       examples are other problems. The loss covers every answer span, never the questions.
     - a fixed number of steps rather than a time budget, so the cached model is the same on every machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -157,8 +158,12 @@ def build_default_model(*, warmup_steps: int, batch_size: int = 64, lr: float = 
             log(f"  warm-start step {step + 1}/{warmup_steps}: loss {sum(losses[-100:]) / 100:.3f}")
     model.eval()
     stats = {
-        "cache_version": CACHE_VERSION, "warmup_steps": warmup_steps, "batch_size": batch_size, "lr": lr,
-        "sequences": len(encoded), "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
+        "cache_version": CACHE_VERSION,
+        "warmup_steps": warmup_steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "sequences": len(encoded),
+        "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
         "train_seconds": time.perf_counter() - t0,
         "parameters": sum(p.numel() for p in model.parameters()),
     }

@@ -5,13 +5,21 @@ once), "package:NAME" (an installed Python package's directory), a local directo
 GGUF file inside that directory. The trainer (`xrpo.trainer.setup`) and `xrpo eval` both resolve and load through
 these functions, so that a name means the same model everywhere.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["cache_root", "gguf_kwargs", "gguf_to_dir", "load_model", "load_tokenizer", "package_dir",
-           "resolve_model_dir"]
+__all__ = [
+    "cache_root",
+    "gguf_kwargs",
+    "gguf_to_dir",
+    "load_model",
+    "load_tokenizer",
+    "package_dir",
+    "resolve_model_dir",
+]
 
 DTYPES = ("float32", "bfloat16")
 
@@ -21,8 +29,9 @@ def cache_root(cache_dir: str | None = None) -> Path:
     return Path(cache_dir or os.environ.get("XRPO_CACHE") or Path.home() / ".cache" / "xrpo")
 
 
-def resolve_model_dir(path: str, *, gguf_file: str | None = None, cache_dir: str | None = None,
-                      warmup_steps: int | None = None, log=print) -> str:
+def resolve_model_dir(
+    path: str, *, gguf_file: str | None = None, cache_dir: str | None = None, warmup_steps: int | None = None, log=print
+) -> str:
     """The model directory (or hub id) that transformers and vLLM both load for the model named ``path``.
 
     "default" -> the built-in model's cache directory (built once, warm-started for ``warmup_steps``; None: the
@@ -33,7 +42,7 @@ def resolve_model_dir(path: str, *, gguf_file: str | None = None, cache_dir: str
     must exist; a hub id is left to transformers / vLLM)."""
     src = path
     if src.startswith("package:"):
-        src = str(package_dir(src[len("package:"):]))
+        src = str(package_dir(src[len("package:") :]))
     if src == "default":
         from xrpo.models.default import ensure_default_model
 
@@ -59,8 +68,16 @@ def load_tokenizer(src: str, *, gguf_file: str | None = None):
     return tokenizer
 
 
-def load_model(path: str, *, dtype: str = "float32", gguf_file: str | None = None, cache_dir: str | None = None,
-               warmup_steps: int | None = None, device: str | None = None, log=print):
+def load_model(
+    path: str,
+    *,
+    dtype: str = "float32",
+    gguf_file: str | None = None,
+    cache_dir: str | None = None,
+    warmup_steps: int | None = None,
+    device: str | None = None,
+    log=print,
+):
     """Returns (model, tokenizer, resolved): the transformers causal LM and tokenizer of the model named ``path``
     (`resolve_model_dir`), its parameters in ``dtype`` ("float32" or "bfloat16") on ``device`` (None: CUDA when
     there is one, else the CPU), and the resolved directory (or hub id) the weights came from."""

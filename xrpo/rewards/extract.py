@@ -62,7 +62,7 @@ def last_boxed(text: str, *, max_answer_chars: int = 10_000) -> tuple[str | None
         while True:
             pos = text.rfind(cmd, 0, pos)
             # `\boxedfoo` is another command, not a box.
-            if pos < 0 or not text[pos + len(cmd): pos + len(cmd) + 1].isalpha():
+            if pos < 0 or not text[pos + len(cmd) : pos + len(cmd) + 1].isalpha():
                 break
         if pos > start:
             start, end_of_cmd = pos, pos + len(cmd)
@@ -87,7 +87,7 @@ def last_boxed(text: str, *, max_answer_chars: int = 10_000) -> tuple[str | None
         elif tok == "}":
             depth -= 1
             if depth == 0:
-                content = text[i + 1: m.start()].strip()
+                content = text[i + 1 : m.start()].strip()
                 return (content, None) if content else (None, "empty")
     return None, ("unbalanced" if limit == len(text) else "answer_too_long")
 
@@ -106,7 +106,7 @@ def _leading_math(s: str) -> str | None:
         if s.startswith(left):
             end = s.find(right, len(left))
             if end > len(left):
-                return s[len(left): end]
+                return s[len(left) : end]
             return None
     return None
 
@@ -128,7 +128,7 @@ def strip_math_delimiters(s: str) -> str:
         changed = False
         for left, right in _DELIMITED:
             if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
-                s = s[len(left): len(s) - len(right)].strip()
+                s = s[len(left) : len(s) - len(right)].strip()
                 changed = True
                 break
     # Unescaped `$` left over (an inline formula inside a longer answer line) is markup, not content.
@@ -159,7 +159,7 @@ def extract_answer(completion: str, *, max_chars: int = 1_000_000, max_answer_ch
     matches = list(_ANSWER_IS.finditer(text))
     last = matches[-1] if matches else None
     if last is not None:
-        return _finish(_line_answer(text[last.end():]), "answer_is", max_answer_chars)
+        return _finish(_line_answer(text[last.end() :]), "answer_is", max_answer_chars)
     return Extraction(None, None, "no_marker")
 
 
@@ -178,7 +178,7 @@ def reference_answer(reference: str) -> str:
     """The answer part of a reference: the last box if it has one, else the text after `####`, else all of it."""
     content, _ = last_boxed(reference, max_answer_chars=len(reference))
     if content is None and "####" in reference:
-        content = reference[reference.rfind("####"):].lstrip("#").split("\n", 1)[0]
+        content = reference[reference.rfind("####") :].lstrip("#").split("\n", 1)[0]
     return strip_math_delimiters(reference if content is None else content)
 
 
@@ -213,7 +213,7 @@ def _unwrap_text_commands(s: str) -> str:
                 stack.append(True)
                 i = m.end()
                 continue
-            out.append(s[i: i + 2])
+            out.append(s[i : i + 2])
             i += 2
             continue
         if c == "{":

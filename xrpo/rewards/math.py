@@ -18,7 +18,8 @@ limit of `timeout` seconds; a worker that overruns is killed and replaced and th
 only works in the main thread and cannot interrupt C code, so they are turned off and the process limit is the only
 one. `verify_batch` grades each distinct (answer, reference) pair once and spreads those over all workers, so a batch
 takes at most about `timeout * ceil(n / workers)` seconds; a single call goes through the same pool. With
-`in_process=True` everything runs in the caller's thread with NO time limit (for callers that cannot have subprocesses; a pathological answer can then hang the caller).
+`in_process=True` everything runs in the caller's thread with NO time limit (for callers that cannot have
+subprocesses; a pathological answer can then hang the caller).
 
 `VerifyResult.answer` is the normalised extracted answer (`normalize_answer`): equal strings for the same answer
 written with different spacing, delimiters or `\\dfrac`/`\\frac`, but "1/2" and "0.5" remain different strings, hence
@@ -193,9 +194,7 @@ class MathVerifier(Verifier):
         return f"MathVerifier({mode})"
 
     def _pool(self):
-        return shared_pool(
-            self.workers, initializer="xrpo.rewards.math:_warm_up", max_memory_mb=self.max_memory_mb
-        )
+        return shared_pool(self.workers, initializer="xrpo.rewards.math:_warm_up", max_memory_mb=self.max_memory_mb)
 
     def verify_batch(self, completions: Sequence[str], references: Sequence[str]) -> list[VerifyResult]:
         completions, references = check_batch(completions, references)

@@ -87,8 +87,10 @@ def raise_reference_errors(verifier: Verifier, problems: Sequence, where: str, l
     if errors:
         lines = [f"  problem {problems[i].id!r} (row {i}): {msg}" for i, msg in errors[:limit]]
         more = f"\n  ... and {len(errors) - limit} more" if len(errors) > limit else ""
-        raise ValueError(f"{where}: {len(errors)} of {len(problems)} reference answers cannot be graded by the "
-                         f"{verifier.name or type(verifier).__name__!r} verifier:\n" + "\n".join(lines) + more)
+        raise ValueError(
+            f"{where}: {len(errors)} of {len(problems)} reference answers cannot be graded by the "
+            f"{verifier.name or type(verifier).__name__!r} verifier:\n" + "\n".join(lines) + more
+        )
 
 
 def check_batch(completions: Sequence[str], references: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -231,8 +233,9 @@ def _import_object(path: str) -> Any:
         try:
             obj = getattr(obj, attr)
         except AttributeError:
-            raise ValueError(f"verifier path {path!r}: {obj.__name__ if obj is module else obj!r} has no "
-                             f"attribute {attr!r}") from None
+            raise ValueError(
+                f"verifier path {path!r}: {obj.__name__ if obj is module else obj!r} has no attribute {attr!r}"
+            ) from None
     return obj
 
 

@@ -125,9 +125,11 @@ ISOLATION = ("auto", "strict", "minimal")
 _BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_boot.py")
 # The boot's code travels compiled, ahead of the job in the job file: compiling its source in every run cost about
 # ten milliseconds, a sixth of a small program's run. The loader needs nothing but builtins.
-_BOOT_LOADER = ("import marshal, os, sys\np = sys.argv[1]\nwith open(p, 'rb') as f:\n    code = marshal.load(f)\n"
-                "    job = marshal.load(f)\nos.unlink(p)\n"
-                "g = {'__name__': '_sandbox_boot', '__file__': code.co_filename}\nexec(code, g)\ng['_boot'](job)\n")
+_BOOT_LOADER = (
+    "import marshal, os, sys\np = sys.argv[1]\nwith open(p, 'rb') as f:\n    code = marshal.load(f)\n"
+    "    job = marshal.load(f)\nos.unlink(p)\n"
+    "g = {'__name__': '_sandbox_boot', '__file__': code.co_filename}\nexec(code, g)\ng['_boot'](job)\n"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -173,14 +175,14 @@ class Limits:
                 raise ValueError(f"{name}: expected a positive number of seconds, got {v!r}")
         if self.cpu_seconds is not None and (isinstance(self.cpu_seconds, bool) or not self.cpu_seconds > 0):
             raise ValueError(f"cpu_seconds: expected None or a positive number, got {self.cpu_seconds!r}")
-        for name in ("memory_mb", "max_output_bytes", "max_processes", "max_file_mb", "max_disk_mb",
-                     "max_open_files"):
+        for name in ("memory_mb", "max_output_bytes", "max_processes", "max_file_mb", "max_disk_mb", "max_open_files"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {v!r}")
         if self.max_open_files < 16:
-            raise ValueError(f"max_open_files: expected at least 16 (the interpreter needs some), got "
-                             f"{self.max_open_files}")
+            raise ValueError(
+                f"max_open_files: expected at least 16 (the interpreter needs some), got {self.max_open_files}"
+            )
 
 
 @dataclass
@@ -269,11 +271,18 @@ def _kill_uid(uid: int) -> None:
     reaches exactly that uid's processes."""
     import subprocess
 
-    script = (f"import os\nos.setgroups([]); os.setresgid({uid},{uid},{uid}); os.setresuid({uid},{uid},{uid})\n"
-              "for _ in range(100):\n    try: os.kill(-1, 9)\n    except ProcessLookupError: break\n")
+    script = (
+        f"import os\nos.setgroups([]); os.setresgid({uid},{uid},{uid}); os.setresuid({uid},{uid},{uid})\n"
+        "for _ in range(100):\n    try: os.kill(-1, 9)\n    except ProcessLookupError: break\n"
+    )
     try:
-        subprocess.run([sys.executable, "-I", "-S", "-c", script], timeout=30, env={},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-I", "-S", "-c", script],
+            timeout=30,
+            env={},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError):
         pass
 
@@ -457,8 +466,8 @@ class _Frames:
             if len(buf) - nl - 1 < size:
                 break  # the rest of this frame is still on its way
             with memoryview(buf) as view:
-                test = self._frame(head[0], head[2:], view[nl + 1:nl + 1 + size])
-            del buf[:nl + 1 + size]  # before `on_test`: the frame and the outcome copied out of it are never both held
+                test = self._frame(head[0], head[2:], view[nl + 1 : nl + 1 + size])
+            del buf[: nl + 1 + size]  # before `on_test`: the frame and the outcome copied out of it are never both held
             if test is not None:
                 i, outcome = test
                 self.tests[i] = self.on_test(i, outcome) if self.on_test is not None else outcome
@@ -474,11 +483,14 @@ class _Frames:
                 i, n_out, n_err = int(i), int(n_out), int(n_err)
                 n_val = None if n_val == "-" else int(n_val)
                 test = TestOutcome(
-                    status=status, exit_code=None if exit_code == "-" else int(exit_code),
-                    signal=None if sig == "-" else int(sig), stdout=bytes(payload[:n_out]),
-                    value=None if n_val is None else bytes(payload[n_out:n_out + n_val]),
-                    stderr=bytes(payload[len(payload) - n_err:]).decode("utf-8", "replace") if n_err else "",
-                    wall_s=float(wall_s), cpu_s=float(cpu_s),
+                    status=status,
+                    exit_code=None if exit_code == "-" else int(exit_code),
+                    signal=None if sig == "-" else int(sig),
+                    stdout=bytes(payload[:n_out]),
+                    value=None if n_val is None else bytes(payload[n_out : n_out + n_val]),
+                    stderr=bytes(payload[len(payload) - n_err :]).decode("utf-8", "replace") if n_err else "",
+                    wall_s=float(wall_s),
+                    cpu_s=float(cpu_s),
                 )
             except (ValueError, TypeError):
                 self.broken = True
@@ -556,12 +568,25 @@ def run_program(
         if slot is not None:
             os.chown(workdir, slot.uid, slot.uid)
         job = {
-            "code": code, "mode": mode, "inputs": inputs, "fn_name": fn_name, "check_path": None,
-            "entry_point": entry_point, "check_prelude": check_prelude, "hidden_dirs": list(_site_dirs()),
-            "limits": asdict(limits), "stop_on_failure": bool(stop_on_failure),
-            "uid": slot.uid if slot else None, "namespaces": isolation != "minimal", "strict": isolation == "strict",
-            "workdir": workdir, "python_dirs": list(_python_dirs()), "caller_uid": os.getuid(), "caller_gid": os.getgid(),
-            "nproc_base": None if root else _count_processes(os.getuid()), "cgroup": cgroup,
+            "code": code,
+            "mode": mode,
+            "inputs": inputs,
+            "fn_name": fn_name,
+            "check_path": None,
+            "entry_point": entry_point,
+            "check_prelude": check_prelude,
+            "hidden_dirs": list(_site_dirs()),
+            "limits": asdict(limits),
+            "stop_on_failure": bool(stop_on_failure),
+            "uid": slot.uid if slot else None,
+            "namespaces": isolation != "minimal",
+            "strict": isolation == "strict",
+            "workdir": workdir,
+            "python_dirs": list(_python_dirs()),
+            "caller_uid": os.getuid(),
+            "caller_gid": os.getgid(),
+            "nproc_base": None if root else _count_processes(os.getuid()),
+            "cgroup": cgroup,
         }
         if mode == "check":
             job["check_path"] = os.path.join(workdir, ".check")
@@ -579,9 +604,14 @@ def run_program(
         import subprocess
 
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", "-c", _BOOT_LOADER, job_path], stdin=subprocess.DEVNULL,
+            [sys.executable, "-I", "-S", "-B", "-c", _BOOT_LOADER, job_path],
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=workdir, env=_env(workdir), start_new_session=True, close_fds=True,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=_env(workdir),
+            start_new_session=True,
+            close_fds=True,
         )
         err, killed = _collect(proc, t0 + limits.sample_timeout + _STARTUP_GRACE_S, frames)
     finally:

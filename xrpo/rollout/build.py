@@ -4,6 +4,7 @@ engine and resolves the renderer's "auto" choices.
 The trainer (`xrpo.trainer.setup`, from its config) and `xrpo eval` (from its settings) both call these, so an engine
 and a renderer are built the same way whoever asks.
 """
+
 from __future__ import annotations
 
 __all__ = ["ENGINES", "build_engine", "build_renderer"]
@@ -12,10 +13,21 @@ ENGINES = ("hf", "vllm")
 """The engine kinds: hf (transformers generate, `xrpo.rollout.hf_engine`) and vllm (`xrpo.rollout.vllm_engine`)."""
 
 
-def build_engine(kind: str, tokenizer, *, model=None, model_dir: str | None = None, dtype: str = "float32",
-                 seed: int = 0, max_batch_size: int | None = None, vllm_dtype: str = "auto",
-                 gpu_memory_utilization: float | None = None, kv_cache_gib: float | None = None,
-                 max_model_len: int | None = None, enforce_eager: bool | None = None):
+def build_engine(
+    kind: str,
+    tokenizer,
+    *,
+    model=None,
+    model_dir: str | None = None,
+    dtype: str = "float32",
+    seed: int = 0,
+    max_batch_size: int | None = None,
+    vllm_dtype: str = "auto",
+    gpu_memory_utilization: float | None = None,
+    kv_cache_gib: float | None = None,
+    max_model_len: int | None = None,
+    enforce_eager: bool | None = None,
+):
     """A `RolloutEngine` of kind ``kind``.
 
     Args:
@@ -46,18 +58,33 @@ def build_engine(kind: str, tokenizer, *, model=None, model_dir: str | None = No
             raise ValueError("engine vllm: loads a model directory; pass model_dir= (a resolved directory)")
         kw = {} if gpu_memory_utilization is None else {"gpu_memory_utilization": gpu_memory_utilization}
         compute = dtype if vllm_dtype == "auto" else vllm_dtype
-        engine = VLLMEngine(model_dir, tokenizer=tokenizer, seed=seed, dtype=compute,
-                            kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, enforce_eager=enforce_eager,
-                            **kw)
+        engine = VLLMEngine(
+            model_dir,
+            tokenizer=tokenizer,
+            seed=seed,
+            dtype=compute,
+            kv_cache_gib=kv_cache_gib,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            **kw,
+        )
         if model is not None:
             engine.sync_weights(model)
         return engine
     raise ValueError(f"unknown engine {kind!r}; valid engines: {', '.join(ENGINES)}")
 
 
-def build_renderer(tokenizer, *, prompt_template: str, icl_style: str, default_model: bool,
-                   use_chat_template: bool | None = None, system_prompt: str | None = None,
-                   max_prompt_tokens: int | None = None, fewshot_example: str | None = None):
+def build_renderer(
+    tokenizer,
+    *,
+    prompt_template: str,
+    icl_style: str,
+    default_model: bool,
+    use_chat_template: bool | None = None,
+    system_prompt: str | None = None,
+    max_prompt_tokens: int | None = None,
+    fewshot_example: str | None = None,
+):
     """The `PromptRenderer` with its "auto" choices resolved.
 
     Args:
@@ -74,6 +101,11 @@ def build_renderer(tokenizer, *, prompt_template: str, icl_style: str, default_m
         icl_style = "fewshot" if default_model else "paper"
     example = fewshot_example or prompt_template.replace("{prompt}", "{problem}") + "{solution}"
     return PromptRenderer(
-        tokenizer, use_chat_template=use_chat_template, icl_style=icl_style, prompt_template=prompt_template,
-        max_prompt_tokens=max_prompt_tokens, system_prompt=system_prompt, fewshot_example=example,
+        tokenizer,
+        use_chat_template=use_chat_template,
+        icl_style=icl_style,
+        prompt_template=prompt_template,
+        max_prompt_tokens=max_prompt_tokens,
+        system_prompt=system_prompt,
+        fewshot_example=example,
     )

@@ -8,6 +8,7 @@ follows from them and the prior, which the run's config holds. ``state_dict`` / 
 JSON-able lists for the checkpoint's state.json. It keeps no random state: the trainer draws each step's prompts with
 a generator seeded from (seed, step), so a resumed run draws what the uninterrupted run drew.
 """
+
 from __future__ import annotations
 
 import time
@@ -69,8 +70,10 @@ class CuresState:
         Returns (problem indices in draw order, counts, cures/* metrics of the selection).
         """
         if k > self.num_problems:
-            raise ValueError(f"CurES draws {k} distinct prompts per step without replacement, but the training set "
-                             f"has only {self.num_problems} problems (lower rollout.prompts_per_step)")
+            raise ValueError(
+                f"CurES draws {k} distinct prompts per step without replacement, but the training set "
+                f"has only {self.num_problems} problems (lower rollout.prompts_per_step)"
+            )
         alpha, beta = self.posterior()
         p = posterior_mean(alpha, beta)
         probs = sampling_probs(p, prompt_temperature(alpha, self.temp_scale))
@@ -100,8 +103,9 @@ class CuresState:
         if r.shape != g.shape or r.ndim != 1:
             raise ValueError(f"rewards and group_ids must be 1-D of equal length, got {r.shape} and {g.shape}")
         if g.size and (g.min() < 0 or g.max() >= idx.shape[0]):
-            raise ValueError(f"group_ids must index the {idx.shape[0]} problems of the step, got ids in "
-                             f"[{g.min()}, {g.max()}]")
+            raise ValueError(
+                f"group_ids must index the {idx.shape[0]} problems of the step, got ids in [{g.min()}, {g.max()}]"
+            )
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_problems):
             raise ValueError(f"problem indices must be in [0, {self.num_problems}), got [{idx.min()}, {idx.max()}]")
         if not np.all(np.isfinite(r)):
@@ -114,27 +118,41 @@ class CuresState:
 
     # ------------------------------------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
-        return {"successes": self.successes.tolist(), "trials": self.trials.tolist(),
-                "warmup_rollouts": int(self.warmup_rollouts)}
+        return {
+            "successes": self.successes.tolist(),
+            "trials": self.trials.tolist(),
+            "warmup_rollouts": int(self.warmup_rollouts),
+        }
 
     def load_state_dict(self, d: dict) -> None:
         try:
             s = np.asarray(d["successes"], dtype=np.int64)
             n = np.asarray(d["trials"], dtype=np.int64)
         except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"checkpoint CurES state is malformed ({e}); expected lists 'successes' and 'trials'") \
-                from None
+            raise ValueError(
+                f"checkpoint CurES state is malformed ({e}); expected lists 'successes' and 'trials'"
+            ) from None
         if s.shape != (self.num_problems,) or n.shape != (self.num_problems,):
-            raise ValueError(f"checkpoint CurES state covers {s.shape[0]} problems, the training set has "
-                             f"{self.num_problems}: was the run resumed with other training data?")
+            raise ValueError(
+                f"checkpoint CurES state covers {s.shape[0]} problems, the training set has "
+                f"{self.num_problems}: was the run resumed with other training data?"
+            )
         if np.any(s < 0) or np.any(s > n):
             raise ValueError("checkpoint CurES state is malformed: need 0 <= successes <= trials")
         self.successes, self.trials = s, n
         self.warmup_rollouts = int(d.get("warmup_rollouts", 0))
 
 
-def warmup(state: CuresState, problems: Sequence[Problem], engine: RolloutEngine, verifier, renderer: PromptRenderer,
-           n: int, sampling_for: Callable[[int], SamplingParams], prompts_per_call: int) -> dict:
+def warmup(
+    state: CuresState,
+    problems: Sequence[Problem],
+    engine: RolloutEngine,
+    verifier,
+    renderer: PromptRenderer,
+    n: int,
+    sampling_for: Callable[[int], SamplingParams],
+    prompts_per_call: int,
+) -> dict:
     """CurES's precompute stage: ``n`` rollouts of every training problem with the initial model, verified and added
     to the posterior (CurES code, epic/stage_0_init_difficulty_sample_size.py ``init_difficulty``: "Initialize the
     difficulty distribution with `num_rollout_min` rollouts per prompt for all prompts in the dataset").
@@ -149,12 +167,16 @@ def warmup(state: CuresState, problems: Sequence[Problem], engine: RolloutEngine
     for call, start in enumerate(range(0, len(problems), prompts_per_call)):
         chunk = list(range(start, min(start + prompts_per_call, len(problems))))
         cfg = PlanConfig(rollouts_per_step=n * len(chunk), allocation="cures", icl=False, sharpen=False)
-        res = generate_rollouts([problems[i] for i in chunk], engine, verifier, renderer, cfg, sampling_for(call),
-                                counts=[n] * len(chunk))
+        res = generate_rollouts(
+            [problems[i] for i in chunk], engine, verifier, renderer, cfg, sampling_for(call), counts=[n] * len(chunk)
+        )
         state.observe(chunk, res.rewards, res.group_ids)
         spent += len(res.records)
     state.warmup_rollouts += spent
     alpha, beta = state.posterior()
-    return {"cures/warmup_rollouts": float(spent), "cures/warmup_time_s": time.perf_counter() - t0,
-            "cures/warmup_p_mean": float(posterior_mean(alpha, beta).mean()),
-            "cures/warmup_solved_frac": float(np.mean(state.successes > 0))}
+    return {
+        "cures/warmup_rollouts": float(spent),
+        "cures/warmup_time_s": time.perf_counter() - t0,
+        "cures/warmup_p_mean": float(posterior_mean(alpha, beta).mean()),
+        "cures/warmup_solved_frac": float(np.mean(state.successes > 0)),
+    }

@@ -307,9 +307,7 @@ class HFEngine:
         else:
             # top_k=0 disables the top-k=50 filter transformers would otherwise apply by default.
             gen_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
-        stop_criteria = (
-            _StopStringCriteria(self.tokenizer, params.stop, width, batch) if params.stop else None
-        )
+        stop_criteria = _StopStringCriteria(self.tokenizer, params.stop, width, batch) if params.stop else None
         # generate() fills every field we leave unset from model.generation_config (a checkpoint's may carry top_k,
         # repetition_penalty, min_p, suppress_tokens...), which would change the sampling distribution: swap in a bare
         # config for the call so that only SamplingParams decide.
@@ -373,8 +371,10 @@ class HFEngine:
         if keep and steps == params.max_new_tokens and _reusable(getattr(out, "past_key_values", None)):
             state = _Prefix(
                 sequences=out.sequences,
-                mask=torch.cat([attention_mask.to(self.device),
-                                torch.ones((batch, steps), dtype=torch.long, device=self.device)], dim=1),
+                mask=torch.cat(
+                    [attention_mask.to(self.device), torch.ones((batch, steps), dtype=torch.long, device=self.device)],
+                    dim=1,
+                ),
                 cache=out.past_key_values,
             )
         return rollouts, state

@@ -29,6 +29,7 @@ Deviations from the paper, all documented here:
     - the corpus is updated once per step (Alg. 1 line 15), so a problem first solved in round 1 cannot serve as an
       example in round 2 of the same step.
 """
+
 from __future__ import annotations
 
 import time
@@ -64,8 +65,11 @@ class PlanConfig(SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig, Ad
 
     def __post_init__(self):
         check_knobs(self)
-        if isinstance(self.rollouts_per_step, bool) or not isinstance(self.rollouts_per_step, int) \
-                or self.rollouts_per_step < 1:
+        if (
+            isinstance(self.rollouts_per_step, bool)
+            or not isinstance(self.rollouts_per_step, int)
+            or self.rollouts_per_step < 1
+        ):
             raise ValueError(f"config field rollouts_per_step must be >= 1, got {self.rollouts_per_step!r}")
 
 
@@ -159,10 +163,16 @@ def generate_rollouts(
                     plain_ids[q] = list(r.prompt_ids)
                 new.append(
                     RolloutRecord(
-                        problem_index=q, group_id=q, round=rnd, seeded=seeded[q],
-                        gen_prompt_ids=list(r.prompt_ids), train_prompt_ids=list(r.prompt_ids),
-                        completion_ids=list(r.completion_ids), logprobs=list(r.logprobs),
-                        finish_reason=r.finish_reason, text=r.text,
+                        problem_index=q,
+                        group_id=q,
+                        round=rnd,
+                        seeded=seeded[q],
+                        gen_prompt_ids=list(r.prompt_ids),
+                        train_prompt_ids=list(r.prompt_ids),
+                        completion_ids=list(r.completion_ids),
+                        logprobs=list(r.logprobs),
+                        finish_reason=r.finish_reason,
+                        text=r.text,
                     )
                 )
         t0 = time.perf_counter()
@@ -180,7 +190,7 @@ def generate_rollouts(
     def successes_since(n_before: list[int]) -> list[int]:
         # correct rollouts per prompt in the round just run: with "problems" this lets rounds.jsonl readers recover
         # per-prompt success rates (`xrpo simulate --rounds-file`)
-        return [sum(1 for r in by_prompt[q][n_before[q]:] if r >= cfg.full_reward) for q in range(P)]
+        return [sum(1 for r in by_prompt[q][n_before[q] :] if r >= cfg.full_reward) for q in range(P)]
 
     if cfg.allocation != "cures":  # the caller's counts have no phases (and need not cover n_base per prompt)
         t0 = time.perf_counter()
@@ -191,26 +201,57 @@ def generate_rollouts(
     if cfg.allocation == "cures":
         # one batch of the caller's counts; the problem ids make the caller's choice of prompts visible in rounds.jsonl
         run(plain, fixed, not_seeded, 0)
-        rounds.append({"round": 0, "alloc": fixed, "seeded": [], "flips": 0, "truncated": 0,
-                       "problems": ids, "successes": successes_since([0] * P)})
+        rounds.append(
+            {
+                "round": 0,
+                "alloc": fixed,
+                "seeded": [],
+                "flips": 0,
+                "truncated": 0,
+                "problems": ids,
+                "successes": successes_since([0] * P),
+            }
+        )
     elif cfg.allocation == "uniform" and not cfg.icl:
         # nothing to plan: one batch, the whole budget split evenly (GRPO)
         alloc = split_budget(np.zeros(P), cfg.rollouts_per_step)
         run(plain, [int(a) for a in alloc], not_seeded, 0)
-        rounds.append({"round": 0, "alloc": alloc.tolist(), "seeded": [], "flips": 0, "truncated": 0,
-                       "problems": ids, "successes": successes_since([0] * P)})
+        rounds.append(
+            {
+                "round": 0,
+                "alloc": alloc.tolist(),
+                "seeded": [],
+                "flips": 0,
+                "truncated": 0,
+                "problems": ids,
+                "successes": successes_since([0] * P),
+            }
+        )
     else:
         run(plain, [cfg.n_base] * P, not_seeded, 0)
-        rounds.append({"round": 0, "alloc": [cfg.n_base] * P, "seeded": [], "flips": 0, "truncated": 0,
-                       "problems": ids, "successes": successes_since([0] * P)})
+        rounds.append(
+            {
+                "round": 0,
+                "alloc": [cfg.n_base] * P,
+                "seeded": [],
+                "flips": 0,
+                "truncated": 0,
+                "problems": ids,
+                "successes": successes_since([0] * P),
+            }
+        )
         for t, budget in enumerate(round_budgets, start=1):
             if budget == 0:
                 continue
             t0 = time.perf_counter()
             if cfg.allocation == "hrp":
                 alloc = allocate_round(
-                    [np.asarray(r) for r in by_prompt], budget, alpha=cfg.alpha, lam=cfg.lam,
-                    max_per_prompt=cfg.max_extra_per_prompt, mode=cfg.alloc_mode,
+                    [np.asarray(r) for r in by_prompt],
+                    budget,
+                    alpha=cfg.alpha,
+                    lam=cfg.lam,
+                    max_per_prompt=cfg.max_extra_per_prompt,
+                    mode=cfg.alloc_mode,
                 )
             else:
                 alloc = split_budget(np.zeros(P), budget, max_per_prompt=cfg.max_extra_per_prompt)
@@ -219,15 +260,14 @@ def generate_rollouts(
             prompts, seeded, truncated, dropped = list(plain), [False] * P, 0, 0
             if cfg.icl and corpus is not None and len(corpus) > 0:
                 # Alg. 1 line 9-10: acc_q = 1{exists a correct rollout}; unsolved prompts get their ICL prompt
-                unsolved = [
-                    q for q in range(P)
-                    if alloc[q] > 0 and not any(r >= cfg.full_reward for r in by_prompt[q])
-                ]
+                unsolved = [q for q in range(P) if alloc[q] > 0 and not any(r >= cfg.full_reward for r in by_prompt[q])]
                 if unsolved:
                     t0 = time.perf_counter()
                     found = corpus.retrieve_many(
-                        [problems[q].id for q in unsolved], [problems[q].text for q in unsolved],
-                        k=cfg.icl_k, min_similarity=cfg.icl_min_similarity,
+                        [problems[q].id for q in unsolved],
+                        [problems[q].text for q in unsolved],
+                        k=cfg.icl_k,
+                        min_similarity=cfg.icl_min_similarity,
                     )
                     for q, examples in zip(unsolved, found):
                         if examples:
@@ -242,11 +282,19 @@ def generate_rollouts(
             seeded_idx = [q for q in range(P) if seeded[q]]
             successes = successes_since(n_before)
             flips = sum(1 for q in seeded_idx if successes[q] > 0)
-            rounds.append({
-                "round": t, "alloc": [int(a) for a in alloc], "seeded": seeded_idx, "flips": flips,
-                "truncated": truncated, "dropped": dropped, "nonuniform": _is_nonuniform(np.asarray(alloc), budget),
-                "problems": ids, "successes": successes,
-            })
+            rounds.append(
+                {
+                    "round": t,
+                    "alloc": [int(a) for a in alloc],
+                    "seeded": seeded_idx,
+                    "flips": flips,
+                    "truncated": truncated,
+                    "dropped": dropped,
+                    "nonuniform": _is_nonuniform(np.asarray(alloc), budget),
+                    "problems": ids,
+                    "successes": successes,
+                }
+            )
 
     # every prompt had plain rollouts in round 0 unless its base allocation was 0 (possible only in the
     # single-batch path with fewer rollouts than prompts); tokenise the plain prompt there
@@ -286,9 +334,9 @@ def rollout_metrics(result: PlanResult, num_prompts: int, full_reward: float = 1
         "rollout/response_length_mean": float(lengths.mean()) if lengths.size else 0.0,
         "rollout/truncation_rate": float(np.mean([x.finish_reason == "length" for x in recs])) if recs else 0.0,
         "rollout/zero_variance_group_frac": zero_var / num_prompts,
-        "rollout/solved_prompt_frac": float(np.mean([
-            np.any(rewards[result.group_ids == q] >= full_reward) for q in range(num_prompts)
-        ])),
+        "rollout/solved_prompt_frac": float(
+            np.mean([np.any(rewards[result.group_ids == q] >= full_reward) for q in range(num_prompts)])
+        ),
         "rollout/group_size_min": float(sizes.min()),
         "rollout/group_size_max": float(sizes.max()),
         "alloc/rounds": float(len(planned)),
@@ -337,7 +385,9 @@ def tree_ancestor_ids(records: Sequence[RolloutRecord]) -> np.ndarray:
 
 
 def compute_advantages(
-    result: PlanResult, cfg: PlanConfig, token_logprobs: Sequence[Sequence[float]] | None = None,
+    result: PlanResult,
+    cfg: PlanConfig,
+    token_logprobs: Sequence[Sequence[float]] | None = None,
     sample_logprobs: Sequence[Sequence[float]] | None = None,
 ) -> PlanResult:
     """Algorithm 1 line 14: GRPO advantages by group id, then (if ``cfg.sharpen``) novelty sharpening, Eq. (6).
@@ -349,8 +399,9 @@ def compute_advantages(
     ``"exclude"`` it is left out of sharpening."""
     tree = None
     if cfg.tree_advantage:
-        tree = TreeStructure(tree_ancestor_ids(result.records),
-                             np.array([len(x.completion_ids) for x in result.records]))
+        tree = TreeStructure(
+            tree_ancestor_ids(result.records), np.array([len(x.completion_ids) for x in result.records])
+        )
     kind = get_advantage("tree" if cfg.tree_advantage else "group")
     adv, metrics = kind(result.rewards, result.group_ids, scale=cfg.adv_scale, tree=tree)
     if cfg.sharpen:
@@ -366,8 +417,13 @@ def compute_advantages(
         scores = sequence_scores(recs, lps)
         keep = ~moved if cfg.icl_novelty == "exclude" else np.ones(len(recs), dtype=bool)
         sharp, m = sharpen_advantages(
-            adv[keep], result.rewards[keep], scores[keep], result.group_ids[keep],
-            lam_nov=cfg.lam_nov, kappa_clip=cfg.kappa_clip, full_reward=cfg.full_reward,
+            adv[keep],
+            result.rewards[keep],
+            scores[keep],
+            result.group_ids[keep],
+            lam_nov=cfg.lam_nov,
+            kappa_clip=cfg.kappa_clip,
+            full_reward=cfg.full_reward,
         )
         before = adv
         adv = np.array(adv, dtype=np.float64)
@@ -382,8 +438,9 @@ def compute_advantages(
     return result
 
 
-def update_corpus(result: PlanResult, problems: Sequence[Problem], corpus, cfg: PlanConfig,
-                  step: int) -> dict[str, float]:
+def update_corpus(
+    result: PlanResult, problems: Sequence[Problem], corpus, cfg: PlanConfig, step: int
+) -> dict[str, float]:
     """Algorithm 1 line 15: add the step's correct rollouts to the ICL corpus.
 
     A correct rollout whose text is empty or blank (a verifier may reward it, e.g. after a run diverged into

@@ -10,6 +10,7 @@ Seeding"). Two ICL styles:
   new prompt. A model that was never instruction-tuned (the built-in tiny model) cannot read the XML template, but it
   can continue a few-shot pattern; the default run uses this.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -87,8 +88,12 @@ class PromptRenderer:
             last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
             msgs[last_user]["content"] = self._apply_template(msgs[last_user]["content"])
         else:
-            msgs = [{"role": "user", "content": user_text if user_text is not None
-                     else self._apply_template(problem.prompt)}]
+            msgs = [
+                {
+                    "role": "user",
+                    "content": user_text if user_text is not None else self._apply_template(problem.prompt),
+                }
+            ]
         if self.system_prompt and not any(m["role"] == "system" for m in msgs):
             msgs = [{"role": "system", "content": self.system_prompt}] + msgs
         return msgs
@@ -147,4 +152,3 @@ class PromptRenderer:
         if not shots:
             return RenderedICL(plain, 0, 0, dropped)
         return RenderedICL(sep.join(shots) + sep + plain, 0, len(shots), dropped)
-

@@ -37,9 +37,21 @@ from xrpo.rollout.prompts import PromptRenderer
 from xrpo.rollout.treepo import TreeConfig, generate_tree_rollouts, merge_tree_metrics
 
 __all__ = [
-    "SOURCES", "Batch", "BatchSource", "CuresSource", "DynamicSampling", "EpochSampler", "PlannerSource",
-    "SourceContext", "TreeSource", "batch_advantages", "build_source", "get_source", "merge_plans",
-    "register_source", "source_name",
+    "SOURCES",
+    "Batch",
+    "BatchSource",
+    "CuresSource",
+    "DynamicSampling",
+    "EpochSampler",
+    "PlannerSource",
+    "SourceContext",
+    "TreeSource",
+    "batch_advantages",
+    "build_source",
+    "get_source",
+    "merge_plans",
+    "register_source",
+    "source_name",
 ]
 
 
@@ -72,8 +84,13 @@ class SourceContext:
     """The ICL corpus (None without ICL)."""
 
     def sampling(self, seed: int) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens,
-                              stop=self.stop, seed=seed)
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+            stop=self.stop,
+            seed=seed,
+        )
 
     def step_sampling(self, step: int, batch: int) -> SamplingParams:
         """Generation batch ``batch`` of step ``step``: its own seed, the same on resume."""
@@ -131,8 +148,12 @@ def build_source(ctx: SourceContext, knobs: Any) -> BatchSource:
     return source
 
 
-def batch_advantages(batch: Batch, cfg: PlanConfig, token_logprobs: Sequence[Sequence[float]],
-                     sample_logprobs: Sequence[Sequence[float]] | None = None) -> dict[str, float]:
+def batch_advantages(
+    batch: Batch,
+    cfg: PlanConfig,
+    token_logprobs: Sequence[Sequence[float]],
+    sample_logprobs: Sequence[Sequence[float]] | None = None,
+) -> dict[str, float]:
     """Algorithm 1 line 14 on ``batch``: sets ``batch.plan.advantages``, returns the adv/* metrics."""
     compute_advantages(batch.plan, cfg, token_logprobs=token_logprobs, sample_logprobs=sample_logprobs)
     return {k: v for k, v in batch.plan.metrics.items() if k.startswith("adv/")}
@@ -226,8 +247,9 @@ class DynamicSampling:
 
     def __init__(self, inner: _EpochSource, max_gen_batches: int, prompts_per_step: int, full_reward: float):
         if not isinstance(inner, _EpochSource):
-            raise ValueError(f"dynamic sampling refills from prompts in epoch order; {type(inner).__name__} "
-                             "chooses its own prompts")
+            raise ValueError(
+                f"dynamic sampling refills from prompts in epoch order; {type(inner).__name__} chooses its own prompts"
+            )
         self.inner, self.max_gen_batches, self.prompts_per_step = inner, max_gen_batches, prompts_per_step
         self.full_reward = full_reward
 
@@ -279,7 +301,8 @@ def merge_plans(parts: list[tuple[list, PlanResult, np.ndarray]], full_reward: f
         records=records,
         rewards=np.array([x.reward for x in records], dtype=np.float64),
         group_ids=np.array([x.group_id for x in records], dtype=np.int64),
-        rounds=rounds, metrics=metrics,
+        rounds=rounds,
+        metrics=metrics,
     )
     # rollout / alloc / icl figures describe the kept groups, not the last generation batch before filtering
     if problems:
@@ -300,14 +323,19 @@ class CuresSource:
         k = section_values(knobs, CuresConfig)
         self.warmup_rollouts = k["cures_warmup_rollouts"]
         self.state = cures_lib.CuresState.new(
-            len(ctx.problems), prior_alpha=k["cures_prior_alpha"], prior_beta=k["cures_prior_beta"],
-            temp_scale=k["cures_temp_scale"], min_count=k["cures_min_count"],
+            len(ctx.problems),
+            prior_alpha=k["cures_prior_alpha"],
+            prior_beta=k["cures_prior_beta"],
+            temp_scale=k["cures_temp_scale"],
+            min_count=k["cures_min_count"],
             success_threshold=k["cures_success_threshold"],
         )
         self.warmup_metrics: dict[str, float] = {}
         if ctx.prompts_per_step > len(ctx.problems):
-            raise ValueError(f"rollout.prompts_per_step={ctx.prompts_per_step}: CurES draws that many distinct "
-                             f"problems per step, but the training set has {len(ctx.problems)}")
+            raise ValueError(
+                f"rollout.prompts_per_step={ctx.prompts_per_step}: CurES draws that many distinct "
+                f"problems per step, but the training set has {len(ctx.problems)}"
+            )
 
     def warmup(self, log: Callable[[str], None]) -> None:
         """CurES's precompute stage: the posterior starts from rollouts of every problem under the initial model."""
@@ -315,19 +343,38 @@ class CuresSource:
             return
         c = self.ctx
         per_call = max(1, c.plan.rollouts_per_step // self.warmup_rollouts)
-        wm = cures_lib.warmup(self.state, c.problems, c.engine, c.verifier, c.renderer, self.warmup_rollouts,
-                              lambda call: c.sampling(c.seed * 1_000_003 + 999_983 + call), per_call)
+        wm = cures_lib.warmup(
+            self.state,
+            c.problems,
+            c.engine,
+            c.verifier,
+            c.renderer,
+            self.warmup_rollouts,
+            lambda call: c.sampling(c.seed * 1_000_003 + 999_983 + call),
+            per_call,
+        )
         self.warmup_metrics = wm
-        log(f"CurES warm-up: {wm['cures/warmup_rollouts']:.0f} rollouts of {len(c.problems)} problems in "
-            f"{wm['cures/warmup_time_s']:.1f}s (mean posterior accuracy {wm['cures/warmup_p_mean']:.3f})")
+        log(
+            f"CurES warm-up: {wm['cures/warmup_rollouts']:.0f} rollouts of {len(c.problems)} problems in "
+            f"{wm['cures/warmup_time_s']:.1f}s (mean posterior accuracy {wm['cures/warmup_p_mean']:.3f})"
+        )
 
     def next_batch(self, step: int) -> Batch:
         c = self.ctx
-        idx, counts, cm = self.state.select(c.prompts_per_step, c.plan.rollouts_per_step,
-                                            np.random.default_rng([c.seed, step, 31]))
+        idx, counts, cm = self.state.select(
+            c.prompts_per_step, c.plan.rollouts_per_step, np.random.default_rng([c.seed, step, 31])
+        )
         problems = [c.problems[i] for i in idx]
-        plan = generate_rollouts(problems, c.engine, c.verifier, c.renderer, c.plan, c.step_sampling(step, 0),
-                                 corpus=c.corpus, counts=[int(n) for n in counts])
+        plan = generate_rollouts(
+            problems,
+            c.engine,
+            c.verifier,
+            c.renderer,
+            c.plan,
+            c.step_sampling(step, 0),
+            corpus=c.corpus,
+            counts=[int(n) for n in counts],
+        )
         plan.metrics.update(cm)
         plan.metrics.update(self.state.observe(idx, plan.rewards, plan.group_ids))
         return Batch(problems, plan)
@@ -346,10 +393,11 @@ class CuresSource:
 
     def summary(self) -> dict:
         s = self.state
-        return {"cures": {
-            "warmup_rollouts": s.warmup_rollouts,
-            "warmup_time_s": self.warmup_metrics.get("cures/warmup_time_s", 0.0),
-            "seen_frac": float(np.mean(s.trials > 0)),
-            "rollouts_observed": int(s.trials.sum()),
-        }}
-
+        return {
+            "cures": {
+                "warmup_rollouts": s.warmup_rollouts,
+                "warmup_time_s": self.warmup_metrics.get("cures/warmup_time_s", 0.0),
+                "seen_frac": float(np.mean(s.trials > 0)),
+                "rollouts_observed": int(s.trials.sum()),
+            }
+        }

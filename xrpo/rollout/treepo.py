@@ -30,6 +30,7 @@ short: no repetition-based early stop (a heuristic for base models' babbling), s
 and count as "finished" for fallback, the branching budget's remainder is spread evenly rather than given to the last
 path, and a path cut by max_depth is reported with finish_reason "length".
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -61,8 +62,11 @@ class TreeConfig(TreePOConfig):
 
     def __post_init__(self):
         check_knobs(self)
-        if isinstance(self.rollouts_per_step, bool) or not isinstance(self.rollouts_per_step, int) \
-                or self.rollouts_per_step < 1:
+        if (
+            isinstance(self.rollouts_per_step, bool)
+            or not isinstance(self.rollouts_per_step, int)
+            or self.rollouts_per_step < 1
+        ):
             raise ValueError(f"config field rollouts_per_step must be >= 1, got {self.rollouts_per_step!r}")
 
 
@@ -142,8 +146,9 @@ def generate_tree_rollouts(
     if P == 0:
         raise ValueError("problems is empty")
     if not callable(getattr(engine, "generate_ids", None)):
-        raise TypeError(f"the tree sampler needs an engine with generate_ids (token-id prompts); "
-                        f"{type(engine).__name__} has none")
+        raise TypeError(
+            f"the tree sampler needs an engine with generate_ids (token-id prompts); {type(engine).__name__} has none"
+        )
     timings = {"time/generate": 0.0, "time/verify": 0.0}
     seg = cfg.segment_tokens(sampling.max_new_tokens)
     max_new = sampling.max_new_tokens
@@ -181,8 +186,9 @@ def generate_tree_rollouts(
             for budget, reqs in by_budget.items():
                 params = replace(sampling, max_new_tokens=budget, seed=_call_seed(sampling.seed, calls))
                 calls += 1
-                outs = engine.generate_ids([t.prompt_ids + t.nodes[n].completion for t, n, _, _ in reqs],
-                                           [c for _, _, c, _ in reqs], params)
+                outs = engine.generate_ids(
+                    [t.prompt_ids + t.nodes[n].completion for t, n, _, _ in reqs], [c for _, _, c, _ in reqs], params
+                )
                 results.extend(zip(reqs, outs))
             timings["time/generate"] += time.perf_counter() - t0
 
@@ -190,8 +196,9 @@ def generate_tree_rollouts(
             live: dict[int, list[int]] = {id(t): [] for t in trees}
             for (t, n, _, by_fallback), rollouts in results:
                 for r in rollouts:
-                    child, reason, text = _attach(t, n, r, sampling.stop, decode, max_new, cfg.tree_max_depth,
-                                                  by_fallback, step)
+                    child, reason, text = _attach(
+                        t, n, r, sampling.stop, decode, max_new, cfg.tree_max_depth, by_fallback, step
+                    )
                     if reason is None:
                         live[id(t)].append(child)
                     else:
@@ -204,7 +211,7 @@ def generate_tree_rollouts(
                 if paths:
                     # Alg. 1 line 14: the branching budget, split over the live paths
                     total = branch_budget(t.width, len(t.leaves), finished_now[id(t)], len(paths), cfg.tree_branch)
-                    last = [np.mean(t.nodes[p].logprobs[t.nodes[p].start:]) for p in paths]
+                    last = [np.mean(t.nodes[p].logprobs[t.nodes[p].start :]) for p in paths]
                     weights = divergence_weights(last, cfg.tree_divergence, cfg.tree_divergence_temp)
                     counts = divide_width(total, weights)
                     requests.extend((t, p, int(c), False) for p, c in zip(paths, counts))
@@ -216,12 +223,22 @@ def generate_tree_rollouts(
         for node_id, reason, text in t.leaves:
             node = t.nodes[node_id]
             path = t.path(node_id)
-            records.append(RolloutRecord(
-                problem_index=t.problem_index, group_id=t.problem_index, round=0, seeded=False,
-                gen_prompt_ids=list(t.prompt_ids), train_prompt_ids=list(t.prompt_ids),
-                completion_ids=list(node.completion), logprobs=list(node.logprobs), finish_reason=reason, text=text,
-                tree_path=tuple(path), segment_ends=tuple(t.nodes[p].end for p in path),
-            ))
+            records.append(
+                RolloutRecord(
+                    problem_index=t.problem_index,
+                    group_id=t.problem_index,
+                    round=0,
+                    seeded=False,
+                    gen_prompt_ids=list(t.prompt_ids),
+                    train_prompt_ids=list(t.prompt_ids),
+                    completion_ids=list(node.completion),
+                    logprobs=list(node.logprobs),
+                    finish_reason=reason,
+                    text=text,
+                    tree_path=tuple(path),
+                    segment_ends=tuple(t.nodes[p].end for p in path),
+                )
+            )
     t0 = time.perf_counter()
     refs = [problems[x.problem_index].answer for x in records]
     for x, res in zip(records, verifier.verify_batch([x.text for x in records], refs)):
@@ -233,9 +250,20 @@ def generate_tree_rollouts(
     # correct leaves per tree (reward >= 1.0, the planner's default full_reward), as the planner records its rounds
     successes = np.bincount(group_ids[rewards >= 1.0], minlength=P) if records else np.zeros(P, dtype=np.int64)
     result = PlanResult(
-        records=records, rewards=rewards, group_ids=group_ids,
-        rounds=[{"round": 0, "alloc": [int(w) for w in widths], "seeded": [], "flips": 0, "truncated": 0,
-                 "problems": [p.id for p in problems], "successes": [int(c) for c in successes]}],
+        records=records,
+        rewards=rewards,
+        group_ids=group_ids,
+        rounds=[
+            {
+                "round": 0,
+                "alloc": [int(w) for w in widths],
+                "seeded": [],
+                "flips": 0,
+                "truncated": 0,
+                "problems": [p.id for p in problems],
+                "successes": [int(c) for c in successes],
+            }
+        ],
     )
     result.metrics.update(timings)
     result.metrics.update(rollout_metrics(result, P))
@@ -250,8 +278,9 @@ def generate_tree_rollouts(
     return result
 
 
-def _attach(t: SampledTree, parent: int, r: Rollout, stop, decode, max_new: int, max_depth: int, by_fallback: bool,
-            step: int):
+def _attach(
+    t: SampledTree, parent: int, r: Rollout, stop, decode, max_new: int, max_depth: int, by_fallback: bool, step: int
+):
     """Add a generated segment under `parent`; returns (node id, finish reason or None if the path goes on, text)."""
     p = t.nodes[parent]
     ids, lps = p.completion + list(r.completion_ids), p.logprobs + list(r.logprobs)
@@ -265,8 +294,16 @@ def _attach(t: SampledTree, parent: int, r: Rollout, stop, decode, max_new: int,
             # the parent's text had no stop string (else it would have ended there), so the cut is in this segment
             k = max(k, p.end + 1)
             ids, lps, reason = ids[:k], lps[:k], "stop"
-    node = TreeNode(id=len(t.nodes), parent=parent, depth=p.depth + 1, start=p.end, completion=ids, logprobs=lps,
-                    step=step, fallback=by_fallback or p.fallback)
+    node = TreeNode(
+        id=len(t.nodes),
+        parent=parent,
+        depth=p.depth + 1,
+        start=p.end,
+        completion=ids,
+        logprobs=lps,
+        step=step,
+        fallback=by_fallback or p.fallback,
+    )
     t.nodes.append(node)
     p.children.append(node.id)
     if reason is None and (len(ids) >= max_new or node.depth >= max_depth):
@@ -331,12 +368,18 @@ def merge_tree_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for k in parts[0]:
-        if k.startswith("tree/") and k not in ("tree/depth_mean", "tree/depth_max", "tree/segment_len",
-                                               "tree/tokens_saved_frac", "tree/steps"):
+        if k.startswith("tree/") and k not in (
+            "tree/depth_mean",
+            "tree/depth_max",
+            "tree/segment_len",
+            "tree/tokens_saved_frac",
+            "tree/steps",
+        ):
             out[k] = float(sum(m.get(k, 0.0) for m in parts))
     leaves = out["tree/leaves"]
-    out["tree/depth_mean"] = float(sum(m["tree/depth_mean"] * m["tree/leaves"] for m in parts) / leaves) if leaves \
-        else 0.0
+    out["tree/depth_mean"] = (
+        float(sum(m["tree/depth_mean"] * m["tree/leaves"] for m in parts) / leaves) if leaves else 0.0
+    )
     out["tree/depth_max"] = max(m["tree/depth_max"] for m in parts)
     out["tree/steps"] = float(sum(m["tree/steps"] for m in parts))
     out["tree/segment_len"] = parts[0]["tree/segment_len"]

@@ -17,6 +17,7 @@ One record per problem (what `xrpo eval` appends to its per-problem files and re
     skipped     only in records of problems that could not be sampled (`unscored_record`): why. They hold n
                 samples, none correct, no answer, and no lengths (response length figures leave them out).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,12 +41,26 @@ def unscored_record(problem: Problem, n: int, reason: str) -> dict:
     """The record of a problem that was not sampled (e.g. its prompt does not fit the model's context): n samples,
     all wrong and unanswered, so that it counts in pass@k and cons@n as unsolved rather than vanishing from the
     denominator."""
-    return {"id": problem.id, "reference": problem.answer, "n": n, "c": 0, "answers": [None] * n,
-            "correct": [False] * n, "scores": [0.0] * n, "lengths": [], "truncated": 0, "skipped": reason}
+    return {
+        "id": problem.id,
+        "reference": problem.answer,
+        "n": n,
+        "c": 0,
+        "answers": [None] * n,
+        "correct": [False] * n,
+        "scores": [0.0] * n,
+        "lengths": [],
+        "truncated": 0,
+        "skipped": reason,
+    }
 
 
-def score_records(records: Sequence[Mapping], n: int, ks: Sequence[int] = (1,), prefix: str = "eval/",
-                  ) -> dict[str, float]:
+def score_records(
+    records: Sequence[Mapping],
+    n: int,
+    ks: Sequence[int] = (1,),
+    prefix: str = "eval/",
+) -> dict[str, float]:
     """pass@k (unbiased, per problem, averaged), cons@n, mean response length, truncation and no-answer rates of
     per-problem records (see the module docstring). ``n`` names the cons@n key; every record may hold its own count.
     """
@@ -67,10 +82,20 @@ def score_records(records: Sequence[Mapping], n: int, ks: Sequence[int] = (1,), 
 
 
 def sample_and_score(
-    problems: Sequence[Problem], engine, verifier, renderer, *, n: int, sampling: SamplingParams,
-    ks: Sequence[int] = (1,), prefix: str = "eval/", prompts: Sequence[str] | None = None,
-    chunk_size: int | None = None, done: Mapping[int, Mapping] | None = None,
-    on_chunk: Callable[[list[dict]], None] | None = None, keep_text: bool = False,
+    problems: Sequence[Problem],
+    engine,
+    verifier,
+    renderer,
+    *,
+    n: int,
+    sampling: SamplingParams,
+    ks: Sequence[int] = (1,),
+    prefix: str = "eval/",
+    prompts: Sequence[str] | None = None,
+    chunk_size: int | None = None,
+    done: Mapping[int, Mapping] | None = None,
+    on_chunk: Callable[[list[dict]], None] | None = None,
+    keep_text: bool = False,
 ) -> tuple[dict[str, float], list[dict]]:
     """Draw ``n`` samples per problem, verify them, and aggregate (`score_records`).
 
@@ -116,8 +141,20 @@ def sample_and_score(
         outs = engine.generate(texts, [n] * len(todo), params)
         flat = [(i, r) for i, rs in zip(todo, outs) for r in rs]
         results = verifier.verify_batch([r.text for _, r in flat], [problems[i].answer for i, _ in flat])
-        new = {i: {"id": problems[i].id, "reference": problems[i].answer, "n": 0, "c": 0, "answers": [],
-                   "correct": [], "scores": [], "lengths": [], "truncated": 0} for i in todo}
+        new = {
+            i: {
+                "id": problems[i].id,
+                "reference": problems[i].answer,
+                "n": 0,
+                "c": 0,
+                "answers": [],
+                "correct": [],
+                "scores": [],
+                "lengths": [],
+                "truncated": 0,
+            }
+            for i in todo
+        }
         for (i, r), res in zip(flat, results):
             d = new[i]
             ok = res.score >= 1.0

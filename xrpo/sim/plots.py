@@ -1,5 +1,6 @@
 """PNG plots of `xrpo simulate`: matplotlib (the `plot` extra), imported lazily with the Agg backend
 (``xrpo.eval.plots``' helpers). Every function writes one file and returns its path."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,8 +45,11 @@ def plot_methods(result: dict, path: Path) -> Path:
         ax.set_xticks(x, methods, rotation=35, ha="right")
         ax.grid(alpha=0.3, axis="y")
     c = result["config"]
-    fig.suptitle(f"{c['prompts']} prompts, {c['rollouts']} rollouts, n_base {c['n_base']}, {c['rounds']} rounds, "
-                 f"lambda {c['lam']:g}, {c['steps']} steps", fontsize=10)
+    fig.suptitle(
+        f"{c['prompts']} prompts, {c['rollouts']} rollouts, n_base {c['n_base']}, {c['rounds']} rounds, "
+        f"lambda {c['lam']:g}, {c['steps']} steps",
+        fontsize=10,
+    )
     return _save(fig, path)
 
 
@@ -82,18 +86,29 @@ def plot_sweep(sw: dict, path: Path) -> Path:
     x = np.arange(len(values))
     methods = [m for m in sw["runs"][0]["methods"] if m != "uniform"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
-    panels = ((axes[0], "informative_share", "informative rollouts per rollout generated, × uniform"),
-              (axes[1], "groups_per_rollout", "non-zero-gradient groups per rollout generated, × uniform"))
+    panels = (
+        (axes[0], "informative_share", "informative rollouts per rollout generated, × uniform"),
+        (axes[1], "groups_per_rollout", "non-zero-gradient groups per rollout generated, × uniform"),
+    )
     for ax, key, title in panels:
         for j, m in enumerate(methods):
-            ys = np.array([run["methods"][m].get("vs_uniform", {}).get(key, {}).get("ratio", np.nan)
-                           for run in sw["runs"]], dtype=float)
-            es = np.array([run["methods"][m].get("vs_uniform", {}).get(key, {}).get("ci", np.nan)
-                           for run in sw["runs"]], dtype=float)
+            ys = np.array(
+                [run["methods"][m].get("vs_uniform", {}).get(key, {}).get("ratio", np.nan) for run in sw["runs"]],
+                dtype=float,
+            )
+            es = np.array(
+                [run["methods"][m].get("vs_uniform", {}).get(key, {}).get("ci", np.nan) for run in sw["runs"]],
+                dtype=float,
+            )
             ax.errorbar(x + (j - len(methods) / 2) * 0.04, ys, yerr=es, marker="o", ms=4, capsize=2, label=m)
         ax.axhline(1, color="0.5", lw=0.8)
-        ax.set_xticks(x, values, rotation=30 if sw["name"] == "dist" else 0, ha="right" if sw["name"] == "dist"
-                      else "center", fontsize=7 if sw["name"] == "dist" else 9)
+        ax.set_xticks(
+            x,
+            values,
+            rotation=30 if sw["name"] == "dist" else 0,
+            ha="right" if sw["name"] == "dist" else "center",
+            fontsize=7 if sw["name"] == "dist" else 9,
+        )
         ax.set_xlabel(sw["name"])
         ax.set_title(title)
         ax.grid(alpha=0.3)

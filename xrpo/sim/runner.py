@@ -20,6 +20,7 @@ Random streams: step s draws its prompts from ``default_rng([seed, s, 0])`` and 
 refill prompts, CurES its pool and history) from ``default_rng([seed, s, 1, crc32(m)])``: a method's figures do not
 depend on which other methods run, and the methods of one step are paired on the same prompts.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,19 @@ from xrpo.algo.simulate import (
 )
 
 __all__ = [
-    "DEFAULT_DIST", "METRICS", "SIM_METHODS", "SimConfig", "latency_rows", "markdown_table", "parse_mixture",
-    "read_rounds_counts", "read_rounds_rates", "register_sim_method", "run_cli", "simulate", "sweep",
+    "DEFAULT_DIST",
+    "METRICS",
+    "SIM_METHODS",
+    "SimConfig",
+    "latency_rows",
+    "markdown_table",
+    "parse_mixture",
+    "read_rounds_counts",
+    "read_rounds_rates",
+    "register_sim_method",
+    "run_cli",
+    "simulate",
+    "sweep",
 ]
 
 DEFAULT_DIST = "0.3*0 + 0.5*beta(0.7,1.5) + 0.2*1"
@@ -99,8 +111,9 @@ class SimConfig:
     """How rounds_file's counts become success rates: "beta" (fit w0 * 0 + w1 * 1 + wb * beta(a,b) to every
     problem's k of n by maximum likelihood, and draw from the fit: a 0-of-8 problem need not have p = 0) or
     "empirical" (draw the raw rates k / n)."""
-    methods: list[str] = field(default_factory=lambda: ["uniform", "hrp", "hrp-greedy", "no-hrp", "cures", "dapo",
-                                                        "oracle", "oracle-groups"])
+    methods: list[str] = field(
+        default_factory=lambda: ["uniform", "hrp", "hrp-greedy", "no-hrp", "cures", "dapo", "oracle", "oracle-groups"]
+    )
     """Methods to simulate: uniform (GRPO, one batch), hrp (XRPO's proportional HRP), hrp-greedy, no-hrp (the same
     rounds split evenly: the w/o-HRP ablation), cures, dapo (dynamic sampling), oracle (best fixed allocation for
     informative rollouts, given the true rates), oracle-groups (best fixed allocation for non-zero-gradient groups)."""
@@ -158,45 +171,80 @@ class SimConfig:
             if not ok:
                 raise ValueError(f"{name} must be {what}, got {getattr(self, name)!r}")
 
-        for name in ("prompts", "rollouts", "n_base", "rounds", "steps", "seed", "max_gen_batches", "cures_history",
-                     "cures_min_count"):
+        for name in (
+            "prompts",
+            "rollouts",
+            "n_base",
+            "rounds",
+            "steps",
+            "seed",
+            "max_gen_batches",
+            "cures_history",
+            "cures_min_count",
+        ):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool), name, "an integer")
         need(self.prompts >= 1, "prompts", ">= 1")
         need(self.n_base >= 2, "n_base", ">= 2 (the t quantile of Eq. (1) needs two rewards)")
         need(self.rounds >= 0, "rounds", ">= 0")
         need(self.steps >= 2, "steps", ">= 2 (an interval needs two steps)")
-        need(self.rollouts >= self.n_base * self.prompts, "rollouts",
-             f">= n_base * prompts = {self.n_base} * {self.prompts} = {self.n_base * self.prompts}")
+        need(
+            self.rollouts >= self.n_base * self.prompts,
+            "rollouts",
+            f">= n_base * prompts = {self.n_base} * {self.prompts} = {self.n_base * self.prompts}",
+        )
         if self.rounds == 0 and self.rollouts != self.n_base * self.prompts:
-            raise ValueError(f"rounds=0 leaves {self.rollouts - self.n_base * self.prompts} of rollouts={self.rollouts}"
-                             " unallocated after the base round: give rounds >= 1 or rollouts = n_base * prompts")
+            raise ValueError(
+                f"rounds=0 leaves {self.rollouts - self.n_base * self.prompts} of rollouts={self.rollouts}"
+                " unallocated after the base round: give rounds >= 1 or rollouts = n_base * prompts"
+            )
         need(0.0 < self.alpha < 1.0, "alpha", "in (0, 1)")
         need(math.isfinite(self.lam) and self.lam >= 0, "lam", "a number >= 0")
-        need(self.max_extra is None or (isinstance(self.max_extra, int) and self.max_extra >= 0), "max_extra",
-             "None or an integer >= 0")
+        need(
+            self.max_extra is None or (isinstance(self.max_extra, int) and self.max_extra >= 0),
+            "max_extra",
+            "None or an integer >= 0",
+        )
         need(math.isfinite(self.icl_mult) and self.icl_mult >= 0, "icl_mult", "a number >= 0")
         need(math.isfinite(self.icl_add) and -1 <= self.icl_add <= 1, "icl_add", "in [-1, 1]")
         need(self.max_gen_batches >= 1, "max_gen_batches", ">= 1")
         need(self.cures_history >= 0, "cures_history", ">= 0")
         need(self.cures_min_count >= 1, "cures_min_count", ">= 1")
-        need(self.rollouts >= self.cures_min_count * self.prompts or "cures" not in self.methods, "rollouts",
-             f">= cures_min_count * prompts = {self.cures_min_count * self.prompts} for cures")
-        need(self.cures_pool is None or (isinstance(self.cures_pool, int) and self.cures_pool >= self.prompts),
-             "cures_pool", f"None or an integer >= prompts ({self.prompts})")
+        need(
+            self.rollouts >= self.cures_min_count * self.prompts or "cures" not in self.methods,
+            "rollouts",
+            f">= cures_min_count * prompts = {self.cures_min_count * self.prompts} for cures",
+        )
+        need(
+            self.cures_pool is None or (isinstance(self.cures_pool, int) and self.cures_pool >= self.prompts),
+            "cures_pool",
+            f"None or an integer >= prompts ({self.prompts})",
+        )
         need(math.isfinite(self.cures_temp_scale) and self.cures_temp_scale > 0, "cures_temp_scale", "a number > 0")
-        need(self.oracle_min is None or (isinstance(self.oracle_min, int) and 0 <= self.oracle_min
-                                         and self.oracle_min * self.prompts <= self.rollouts),
-             "oracle_min", f"None or an integer in [0, rollouts / prompts = {self.rollouts // self.prompts}]")
+        need(
+            self.oracle_min is None
+            or (
+                isinstance(self.oracle_min, int)
+                and 0 <= self.oracle_min
+                and self.oracle_min * self.prompts <= self.rollouts
+            ),
+            "oracle_min",
+            f"None or an integer in [0, rollouts / prompts = {self.rollouts // self.prompts}]",
+        )
         need(0.0 <= self.degenerate_eps < 0.5, "degenerate_eps", "in [0, 0.5)")
-        need(isinstance(self.concurrency, list) and len(self.concurrency) > 0
-             and all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in self.concurrency),
-             "concurrency", "a non-empty list of integers >= 1")
+        need(
+            isinstance(self.concurrency, list)
+            and len(self.concurrency) > 0
+            and all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in self.concurrency),
+            "concurrency",
+            "a non-empty list of integers >= 1",
+        )
         need(math.isfinite(self.t0) and self.t0 > 0, "t0", "a number > 0")
         need(math.isfinite(self.dt) and self.dt >= 0, "dt", "a number >= 0")
         if not isinstance(self.methods, list) or not self.methods:
-            raise ValueError(f"methods must be a non-empty list of names from {sorted(SIM_METHODS)}, "
-                             f"got {self.methods!r}")
+            raise ValueError(
+                f"methods must be a non-empty list of names from {sorted(SIM_METHODS)}, got {self.methods!r}"
+            )
         for m in self.methods:
             if m not in SIM_METHODS:
                 raise ValueError(f"methods: unknown method {m!r}; valid: {', '.join(sorted(SIM_METHODS))}")
@@ -235,8 +283,9 @@ def parse_mixture(spec: str) -> tuple[list[float], list]:
             raise ValueError(f"dist: component {i + 1} {part!r} is not 'W*beta(a,b)' or 'W*x' (x a rate in [0, 1])")
         w, a, b, x = m.groups()
         if w is None and len(parts) > 1:
-            raise ValueError(f"dist: component {i + 1} {part!r} needs a weight 'W*' (the mixture has {len(parts)} "
-                             "components)")
+            raise ValueError(
+                f"dist: component {i + 1} {part!r} needs a weight 'W*' (the mixture has {len(parts)} components)"
+            )
         weights.append(1.0 if w is None else float(w))
         if x is not None:
             if not 0.0 <= float(x) <= 1.0:
@@ -321,26 +370,39 @@ def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.n
                     f"{p} line {lineno} has no {' / '.join(repr(k) for k in missing)} field: this rounds.jsonl "
                     "records only each round's counts, seeded prompts and flips (a run written before xrpo "
                     "logged per-prompt successes), so per-prompt success rates cannot be recovered from it. "
-                    "Re-run the training with this version, or give the rates as dist.")
+                    "Re-run the training with this version, or give the rates as dist."
+                )
             raise ValueError(f"{p} line {lineno}: missing field(s) {missing}")
         alloc, probs, succ = row["alloc"], row["problems"], row["successes"]
-        if not (isinstance(alloc, list) and isinstance(probs, list) and isinstance(succ, list)
-                and len(alloc) == len(probs) == len(succ)):
-            raise ValueError(f"{p} line {lineno}: 'alloc', 'problems' and 'successes' must be lists of equal "
-                             f"length, got lengths {len(alloc) if isinstance(alloc, list) else alloc!r}, "
-                             f"{len(probs) if isinstance(probs, list) else probs!r}, "
-                             f"{len(succ) if isinstance(succ, list) else succ!r}")
+        if not (
+            isinstance(alloc, list)
+            and isinstance(probs, list)
+            and isinstance(succ, list)
+            and len(alloc) == len(probs) == len(succ)
+        ):
+            raise ValueError(
+                f"{p} line {lineno}: 'alloc', 'problems' and 'successes' must be lists of equal "
+                f"length, got lengths {len(alloc) if isinstance(alloc, list) else alloc!r}, "
+                f"{len(probs) if isinstance(probs, list) else probs!r}, "
+                f"{len(succ) if isinstance(succ, list) else succ!r}"
+            )
         for j, (a, s) in enumerate(zip(alloc, succ)):
             if not (isinstance(a, int) and isinstance(s, int) and 0 <= s <= a):
-                raise ValueError(f"{p} line {lineno}: prompt {j} has successes={s!r} of alloc={a!r}; expected "
-                                 "integers with 0 <= successes <= alloc")
+                raise ValueError(
+                    f"{p} line {lineno}: prompt {j} has successes={s!r} of alloc={a!r}; expected "
+                    "integers with 0 <= successes <= alloc"
+                )
         step = row["step"]
         if not isinstance(step, int):
             raise ValueError(f"{p} line {lineno}: 'step' must be an integer, got {step!r}")
         # a new block: another step, or the same step started again (a resumed run redoing it: resume is exact, so
         # it repeats the step's first row; a planned round 0 after a round > 0 also marks a restart)
-        if blocks and blocks[-1][0] == step and row != blocks[-1][1][0] and not (
-                row.get("round", 0) == 0 and blocks[-1][1][-1].get("round", 0) > 0):
+        if (
+            blocks
+            and blocks[-1][0] == step
+            and row != blocks[-1][1][0]
+            and not (row.get("round", 0) == 0 and blocks[-1][1][-1].get("round", 0) > 0)
+        ):
             blocks[-1][1].append(row)
         else:
             blocks.append((step, [row]))
@@ -373,14 +435,22 @@ def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.n
         per_step["rollouts"].append(float(sum(group_n.values())))
     ids = sorted(k for k, n in trials.items() if n > 0)
     if not ids:
-        raise ValueError(f"{p}: no rollouts in steps {steps or 'all'} (the file has steps "
-                         f"{min(last) if last else '-'}..{max(last) if last else '-'})")
+        raise ValueError(
+            f"{p}: no rollouts in steps {steps or 'all'} (the file has steps "
+            f"{min(last) if last else '-'}..{max(last) if last else '-'})"
+        )
     n = np.array([trials[k] for k in ids], dtype=np.float64)
     w = np.array([wins[k] for k in ids], dtype=np.float64)
-    info = {"file": str(p), "steps": used, "problems": len(ids), "rollouts": int(n.sum()),
-            "rollouts_per_problem_median": float(np.median(n)), "unreadable_lines": skipped,
-            "seeded_rollouts_excluded": excluded,
-            "measured_per_step": {k: dict(zip(("mean", "ci"), mean_ci(v))) for k, v in per_step.items()}}
+    info = {
+        "file": str(p),
+        "steps": used,
+        "problems": len(ids),
+        "rollouts": int(n.sum()),
+        "rollouts_per_problem_median": float(np.median(n)),
+        "unreadable_lines": skipped,
+        "seeded_rollouts_excluded": excluded,
+        "measured_per_step": {k: dict(zip(("mean", "ci"), mean_ci(v))) for k, v in per_step.items()},
+    }
     return w, n, info
 
 
@@ -388,9 +458,16 @@ def _prompt_source(cfg: SimConfig) -> tuple[Callable[[np.random.Generator, int],
     """(rng, k) -> k success probabilities, and a description of the distribution."""
     if cfg.rounds_file is not None:
         wins, trials, info = read_rounds_counts(cfg.rounds_file, cfg.rounds_steps)
-        info = {"source": "rounds_file", "fit": cfg.rounds_fit, **info,
-                "measured": {"mean_rate": float(np.mean(wins / trials)), "zero_share": float(np.mean(wins == 0)),
-                             "full_share": float(np.mean(wins == trials))}}
+        info = {
+            "source": "rounds_file",
+            "fit": cfg.rounds_fit,
+            **info,
+            "measured": {
+                "mean_rate": float(np.mean(wins / trials)),
+                "zero_share": float(np.mean(wins == 0)),
+                "full_share": float(np.mean(wins == trials)),
+            },
+        }
         if cfg.rounds_fit == "empirical":
             rates = wins / trials
             return (lambda rng, k: rng.choice(rates, size=k, replace=True)), info
@@ -407,8 +484,12 @@ def _prompt_source(cfg: SimConfig) -> tuple[Callable[[np.random.Generator, int],
 
 
 def _describe(p: np.ndarray) -> dict:
-    return {"mean": float(p.mean()), "p0_share": float(np.mean(p == 0.0)), "p1_share": float(np.mean(p == 1.0)),
-            "quantiles": {str(q): float(np.quantile(p, q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9)}}
+    return {
+        "mean": float(p.mean()),
+        "p0_share": float(np.mean(p == 0.0)),
+        "p1_share": float(np.mean(p == 1.0)),
+        "quantiles": {str(q): float(np.quantile(p, q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9)},
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -445,9 +526,19 @@ def _uniform(ctx: StepContext, p: np.ndarray, rng: np.random.Generator) -> StepO
 def _phased(ctx: StepContext, p: np.ndarray, rng: np.random.Generator, allocation: str, mode: str) -> StepOutcome:
     c = ctx.cfg
     p_icl = icl_success_prob(p, c.icl_mult, c.icl_add) if c.icl else p
-    res = phased_step(c.prompts, c.rollouts, bernoulli_draw(p, p_icl, rng), n_base=c.n_base, rounds=c.rounds,
-                      allocation=allocation, mode=mode, alpha=c.alpha, lam=c.lam, max_per_prompt=c.max_extra,
-                      icl=c.icl)
+    res = phased_step(
+        c.prompts,
+        c.rollouts,
+        bernoulli_draw(p, p_icl, rng),
+        n_base=c.n_base,
+        rounds=c.rounds,
+        allocation=allocation,
+        mode=mode,
+        alpha=c.alpha,
+        lam=c.lam,
+        max_per_prompt=c.max_extra,
+        icl=c.icl,
+    )
     return outcome_from_phased(p, res)
 
 
@@ -469,12 +560,16 @@ def _no_hrp(ctx, p, rng):
 @register_sim_method("cures")
 def _cures(ctx, p, rng):
     c = ctx.cfg
-    pool = p if c.cures_pool is None or c.cures_pool == c.prompts else np.concatenate(
-        [p, ctx.source(rng, c.cures_pool - c.prompts)])
+    pool = (
+        p
+        if c.cures_pool is None or c.cures_pool == c.prompts
+        else np.concatenate([p, ctx.source(rng, c.cures_pool - c.prompts)])
+    )
     trials = np.full(pool.shape[0], c.cures_history, dtype=np.int64)
     succ = rng.binomial(trials, pool)
-    idx, counts = cures_allocation(succ, trials, c.prompts, c.rollouts, rng, temp_scale=c.cures_temp_scale,
-                                   min_count=c.cures_min_count)
+    idx, counts = cures_allocation(
+        succ, trials, c.prompts, c.rollouts, rng, temp_scale=c.cures_temp_scale, min_count=c.cures_min_count
+    )
     return fixed_outcome(pool[idx], counts, rng)
 
 
@@ -558,8 +653,14 @@ def latency_rows(cfg: SimConfig) -> list[dict]:
     for m in cfg.concurrency:
         t1 = phase_latency([N], m, cfg.t0, 0.0)
         t2 = phase_latency(sizes, m, cfg.t0, cfg.dt)
-        row = {"concurrency": m, "T1": t1, "T2": t2, "ratio": t2 / t1,
-               "paper_ratio": float(latency_ratio(N, m, n, cfg.dt / cfg.t0)), "rounds": n}
+        row = {
+            "concurrency": m,
+            "T1": t1,
+            "T2": t2,
+            "ratio": t2 / t1,
+            "paper_ratio": float(latency_ratio(N, m, n, cfg.dt / cfg.t0)),
+            "rounds": n,
+        }
         if N % n == 0:
             a, b = round_latency(N, m, n, cfg.t0, cfg.dt)
             row["equal_rounds_ratio"] = b / a
@@ -575,19 +676,27 @@ def markdown_table(result: dict) -> str:
     """The simulator's results as Markdown: the setting, one row per method, and the latency table."""
     c, d = result["config"], result["distribution"]
     if d["source"] == "rounds_file":
-        src = (f"{'a fit to the ' if d['fit'] == 'beta' else ''}rates of {d['problems']} problems from "
-               f"`{d['file']}` ({d['steps']} steps, median {d['rollouts_per_problem_median']:g} rollouts each"
-               + (f", {d['seeded_rollouts_excluded']} ICL-seeded rollouts left out" if d["seeded_rollouts_excluded"]
-                  else "")
-               + (f", {d['unreadable_lines']} partial lines skipped" if d["unreadable_lines"] else "") + ")"
-               + (f": `{d['fitted_dist']}`" if d["fit"] == "beta" else "")
-               + f". Measured: mean rate {d['measured']['mean_rate']:.3f}, no success for "
-               f"{d['measured']['zero_share']:.1%}, all successes for {d['measured']['full_share']:.1%} of problems")
+        src = (
+            f"{'a fit to the ' if d['fit'] == 'beta' else ''}rates of {d['problems']} problems from "
+            f"`{d['file']}` ({d['steps']} steps, median {d['rollouts_per_problem_median']:g} rollouts each"
+            + (
+                f", {d['seeded_rollouts_excluded']} ICL-seeded rollouts left out"
+                if d["seeded_rollouts_excluded"]
+                else ""
+            )
+            + (f", {d['unreadable_lines']} partial lines skipped" if d["unreadable_lines"] else "")
+            + ")"
+            + (f": `{d['fitted_dist']}`" if d["fit"] == "beta" else "")
+            + f". Measured: mean rate {d['measured']['mean_rate']:.3f}, no success for "
+            f"{d['measured']['zero_share']:.1%}, all successes for {d['measured']['full_share']:.1%} of problems"
+        )
         ms = d["measured_per_step"]
-        measured_line = (f"Measured in the run itself (every rollout, ICL-seeded ones included): "
-                         f"{_fmt(ms['informative_rollouts'], '{:.1f}')} informative rollouts and "
-                         f"{_fmt(ms['informative_groups'], '{:.2f}')} non-zero-gradient groups per step of "
-                         f"{ms['rollouts']['mean']:.1f} rollouts.")
+        measured_line = (
+            f"Measured in the run itself (every rollout, ICL-seeded ones included): "
+            f"{_fmt(ms['informative_rollouts'], '{:.1f}')} informative rollouts and "
+            f"{_fmt(ms['informative_groups'], '{:.2f}')} non-zero-gradient groups per step of "
+            f"{ms['rollouts']['mean']:.1f} rollouts."
+        )
     else:
         src = f"`{d['dist']}`"
         measured_line = None
@@ -614,8 +723,7 @@ def markdown_table(result: dict) -> str:
         if has_u:
             for k in ("informative_share", "groups_per_rollout"):
                 v = r.get("vs_uniform", {}).get(k)
-                cells.append("–" if v is None or not math.isfinite(v["ratio"])
-                             else f"{v['ratio']:.3f} ± {v['ci']:.3f}")
+                cells.append("–" if v is None or not math.isfinite(v["ratio"]) else f"{v['ratio']:.3f} ± {v['ci']:.3f}")
         cells += [_fmt(r[k], f) for k, _, f in METRICS[3:]]
         lines.append("| " + " | ".join(cells) + " |")
     extra = []
@@ -633,13 +741,19 @@ def markdown_table(result: dict) -> str:
         lines += [""] + extra
     if result.get("latency"):
         lat = result["latency"]
-        lines += ["", f"Latency model (paper appendix \"Latency Analysis\"): N = {c['rollouts']} rollouts, "
-                  f"{lat[0]['rounds']} generation rounds, t0 = {c['t0']:g}, dt = {c['dt']:g} per round.", "",
-                  "| concurrency m_p | T1 (one batch) | T2 (rounds) | T2 / T1 | paper closed form |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f'Latency model (paper appendix "Latency Analysis"): N = {c["rollouts"]} rollouts, '
+            f"{lat[0]['rounds']} generation rounds, t0 = {c['t0']:g}, dt = {c['dt']:g} per round.",
+            "",
+            "| concurrency m_p | T1 (one batch) | T2 (rounds) | T2 / T1 | paper closed form |",
+            "|---|---|---|---|---|",
+        ]
         for row in lat:
-            lines.append(f"| {row['concurrency']} | {row['T1']:g} | {row['T2']:g} | {row['ratio']:.3f} | "
-                         f"{row['paper_ratio']:.3f} |")
+            lines.append(
+                f"| {row['concurrency']} | {row['T1']:g} | {row['T2']:g} | {row['ratio']:.3f} | "
+                f"{row['paper_ratio']:.3f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -663,8 +777,20 @@ def _coerce(name: str, text: str) -> Any:
     return text
 
 
-SWEEPABLE = ("dist", "prompts", "rollouts", "n_base", "rounds", "alpha", "lam", "max_extra", "icl_mult", "icl_add",
-             "max_gen_batches", "cures_history")
+SWEEPABLE = (
+    "dist",
+    "prompts",
+    "rollouts",
+    "n_base",
+    "rounds",
+    "alpha",
+    "lam",
+    "max_extra",
+    "icl_mult",
+    "icl_add",
+    "max_gen_batches",
+    "cures_history",
+)
 
 
 def parse_sweep(spec: str) -> tuple[str, list]:
@@ -726,8 +852,9 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def run_cli(cfg: SimConfig, *, output: str | None = None, sweep_spec: str | None = None, plots: bool = True,
-            log=print) -> dict:
+def run_cli(
+    cfg: SimConfig, *, output: str | None = None, sweep_spec: str | None = None, plots: bool = True, log=print
+) -> dict:
     """What `xrpo simulate` does: simulate (or sweep), print the Markdown table, and with ``output`` write the
     Markdown, the JSON and (matplotlib installed and ``plots``) the PNGs there."""
     out = Path(output) if output else None

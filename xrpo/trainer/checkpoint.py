@@ -12,6 +12,7 @@ A checkpoint directory ``checkpoints/step-00000050/`` holds:
 state.json's ``segments`` lists the run's segments (one per `xrpo train` process) up to this checkpoint, so that a
 resumed run's summary counts the time, rollouts and tokens of every segment (``xrpo.trainer.logging``).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,9 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(output: Path, step: int, *, model, tokenizer, optimizer, scheduler, state: dict, corpus=None,
-                    keep_last: int = 2) -> Path:
+def save_checkpoint(
+    output: Path, step: int, *, model, tokenizer, optimizer, scheduler, state: dict, corpus=None, keep_last: int = 2
+) -> Path:
     final = checkpoint_dir(output, step)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
@@ -113,8 +115,11 @@ def list_checkpoints(output: Path) -> list[Path]:
     root = Path(output) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and not p.name.endswith(".tmp")
-             and (p / MARKER).exists()]
+    found = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and p.name.startswith("step-") and not p.name.endswith(".tmp") and (p / MARKER).exists()
+    ]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 

@@ -9,6 +9,7 @@ the ICL prompt knobs) inherit them, so a knob keeps its flat key (``method.lam_n
 ``algorithm.xrpo.lam_nov``: no alias table. Values are converted to each field's declared type by pydantic's
 `TypeAdapter` (a command-line string is read as YAML first, except for a str field).
 """
+
 from __future__ import annotations
 
 import ast
@@ -60,6 +61,7 @@ class ModelConfig:
     """Supervised warm-start steps of the default model (only when it is first built; about 100 s on this 2-core
     CPU)."""
 
+
 @dataclass
 class DataConfig:
     train: str = "default"
@@ -88,14 +90,17 @@ class DataConfig:
     max_prompt_tokens: int = 256
     """Prompts longer than this are an error; ICL prompts are truncated to fit it."""
 
+
 @dataclass
-class MethodConfig(CuresConfig, TreePOConfig, BatchConfig, SharpenConfig, ICLConfig, AllocationConfig, AdvantageConfig,
-                   LossConfig):
+class MethodConfig(
+    CuresConfig, TreePOConfig, BatchConfig, SharpenConfig, ICLConfig, AllocationConfig, AdvantageConfig, LossConfig
+):
     """The method: the knob sections of `xrpo.algo.config` under their own flat names (``method.lam_nov=3``)."""
 
     name: str = "xrpo"
     """Method preset: sets the knobs it changes from these defaults (XRPO's setting) unless overridden (see
     docs/methods.md)."""
+
 
 @dataclass
 class RolloutConfig(ICLPromptConfig):
@@ -144,6 +149,7 @@ class RolloutConfig(ICLPromptConfig):
     icl_corpus: str | None = None
     """Optional JSONL of seed solutions (problem_id, problem, solution) the corpus starts from."""
 
+
 @dataclass
 class OptimConfig:
     lr: float = 1e-4
@@ -173,6 +179,7 @@ class OptimConfig:
     """Passes over each step's rollouts."""
     mini_batches: int = 1
     """Optimizer steps per pass (the rollouts are split into this many mini-batches; >1 makes later ones off-policy)."""
+
 
 @dataclass
 class TrainConfig:
@@ -220,68 +227,133 @@ class TrainConfig:
         check_knobs(m, "method.")
         check_knobs(r, "rollout.")
         if m.sampler == "tree":
-            _check(r.rollouts_per_step >= r.prompts_per_step, "rollout.rollouts_per_step",
-                   f"must be >= rollout.prompts_per_step = {r.prompts_per_step} with method.sampler=tree (a tree "
-                   "needs at least one leaf)", r.rollouts_per_step)
+            _check(
+                r.rollouts_per_step >= r.prompts_per_step,
+                "rollout.rollouts_per_step",
+                f"must be >= rollout.prompts_per_step = {r.prompts_per_step} with method.sampler=tree (a tree "
+                "needs at least one leaf)",
+                r.rollouts_per_step,
+            )
         else:  # n_base is the planner's base round; the tree sampler has none
             _check(
-                r.rollouts_per_step >= m.n_base * r.prompts_per_step, "rollout.rollouts_per_step",
+                r.rollouts_per_step >= m.n_base * r.prompts_per_step,
+                "rollout.rollouts_per_step",
                 f"must be >= method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step}",
                 r.rollouts_per_step,
             )
         if m.allocation == "cures":
-            _check(r.rollouts_per_step >= m.cures_min_count * r.prompts_per_step, "rollout.rollouts_per_step",
-                   f"must be >= method.cures_min_count x rollout.prompts_per_step = "
-                   f"{m.cures_min_count * r.prompts_per_step}", r.rollouts_per_step)
-        _check(r.temperature > 0, "rollout.temperature",
-               "must be > 0 (old log-probs and the policy forward divide the logits by it, as verl does; greedy "
-               "rollouts of a prompt would all be the same, with no advantage)", r.temperature)
-        _check(not (o.old_logprobs == "reuse" and r.temperature != 1.0), "optim.old_logprobs",
-               f"must be auto or recompute with rollout.temperature={r.temperature} (the engine's log-probs are "
-               "temperature-1 ones; the PPO ratio needs them at the sampling temperature)", o.old_logprobs)
+            _check(
+                r.rollouts_per_step >= m.cures_min_count * r.prompts_per_step,
+                "rollout.rollouts_per_step",
+                f"must be >= method.cures_min_count x rollout.prompts_per_step = "
+                f"{m.cures_min_count * r.prompts_per_step}",
+                r.rollouts_per_step,
+            )
+        _check(
+            r.temperature > 0,
+            "rollout.temperature",
+            "must be > 0 (old log-probs and the policy forward divide the logits by it, as verl does; greedy "
+            "rollouts of a prompt would all be the same, with no advantage)",
+            r.temperature,
+        )
+        _check(
+            not (o.old_logprobs == "reuse" and r.temperature != 1.0),
+            "optim.old_logprobs",
+            f"must be auto or recompute with rollout.temperature={r.temperature} (the engine's log-probs are "
+            "temperature-1 ones; the PPO ratio needs them at the sampling temperature)",
+            o.old_logprobs,
+        )
         _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]", r.top_p)
         _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
         _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)
-        _check(r.vllm_dtype in ("auto", "float32", "bfloat16", "float16"), "rollout.vllm_dtype",
-               "must be auto, float32, bfloat16 or float16", r.vllm_dtype)
+        _check(
+            r.vllm_dtype in ("auto", "float32", "bfloat16", "float16"),
+            "rollout.vllm_dtype",
+            "must be auto, float32, bfloat16 or float16",
+            r.vllm_dtype,
+        )
         _check(r.vllm_kv_cache_gib > 0, "rollout.vllm_kv_cache_gib", "must be > 0", r.vllm_kv_cache_gib)
-        _check(0 < r.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]",
-               r.vllm_gpu_memory_utilization)
-        _check(r.vllm_max_model_len is None or (isinstance(r.vllm_max_model_len, int)
-                                                 and not isinstance(r.vllm_max_model_len, bool)
-                                                 and r.vllm_max_model_len >= 1),
-               "rollout.vllm_max_model_len", "must be null or an int >= 1", r.vllm_max_model_len)
-        _check(r.vllm_enforce_eager is None or isinstance(r.vllm_enforce_eager, bool), "rollout.vllm_enforce_eager",
-               "must be null, true or false", r.vllm_enforce_eager)
-        _check(r.icl_style in ("auto", "paper", "fewshot"), "rollout.icl_style", "must be auto, paper or fewshot",
-               r.icl_style)
+        _check(
+            0 < r.vllm_gpu_memory_utilization <= 1,
+            "rollout.vllm_gpu_memory_utilization",
+            "must be in (0, 1]",
+            r.vllm_gpu_memory_utilization,
+        )
+        _check(
+            r.vllm_max_model_len is None
+            or (
+                isinstance(r.vllm_max_model_len, int)
+                and not isinstance(r.vllm_max_model_len, bool)
+                and r.vllm_max_model_len >= 1
+            ),
+            "rollout.vllm_max_model_len",
+            "must be null or an int >= 1",
+            r.vllm_max_model_len,
+        )
+        _check(
+            r.vllm_enforce_eager is None or isinstance(r.vllm_enforce_eager, bool),
+            "rollout.vllm_enforce_eager",
+            "must be null, true or false",
+            r.vllm_enforce_eager,
+        )
+        _check(
+            r.icl_style in ("auto", "paper", "fewshot"),
+            "rollout.icl_style",
+            "must be auto, paper or fewshot",
+            r.icl_style,
+        )
         if self.data.prompt_template is not None:
-            _check("{prompt}" in self.data.prompt_template, "data.prompt_template", "must contain {prompt}",
-                   self.data.prompt_template)
+            _check(
+                "{prompt}" in self.data.prompt_template,
+                "data.prompt_template",
+                "must contain {prompt}",
+                self.data.prompt_template,
+            )
         _check(o.lr > 0, "optim.lr", "must be > 0", o.lr)
         _check(o.schedule in ("constant", "cosine"), "optim.schedule", "must be constant or cosine", o.schedule)
-        _check(o.old_logprobs in ("auto", "recompute", "reuse"), "optim.old_logprobs",
-               "must be auto, recompute or reuse", o.old_logprobs)
+        _check(
+            o.old_logprobs in ("auto", "recompute", "reuse"),
+            "optim.old_logprobs",
+            "must be auto, recompute or reuse",
+            o.old_logprobs,
+        )
         _check(o.ppo_epochs >= 1, "optim.ppo_epochs", "must be >= 1", o.ppo_epochs)
         _check(o.mini_batches >= 1, "optim.mini_batches", "must be >= 1", o.mini_batches)
         _check(o.micro_batch_tokens >= 1, "optim.micro_batch_tokens", "must be >= 1", o.micro_batch_tokens)
-        _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", "must be two values in [0, 1)",
-               o.betas)
+        _check(
+            len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas),
+            "optim.betas",
+            "must be two values in [0, 1)",
+            o.betas,
+        )
         _check(self.eval_samples >= 1, "eval_samples", "must be >= 1", self.eval_samples)
-        _check(all(1 <= k <= self.eval_samples for k in self.eval_k), "eval_k",
-               f"every k must be in [1, eval_samples={self.eval_samples}]", self.eval_k)
+        _check(
+            all(1 <= k <= self.eval_samples for k in self.eval_k),
+            "eval_k",
+            f"every k must be in [1, eval_samples={self.eval_samples}]",
+            self.eval_k,
+        )
         _check(self.threads is None or self.threads >= 1, "threads", "must be >= 1", self.threads)
         _check(self.keep_last >= 1, "keep_last", "must be >= 1", self.keep_last)
-        _check(self.model.dtype in ("float32", "bfloat16"), "model.dtype", "must be float32 or bfloat16",
-               self.model.dtype)
+        _check(
+            self.model.dtype in ("float32", "bfloat16"), "model.dtype", "must be float32 or bfloat16", self.model.dtype
+        )
         return self
+
 
 def _check(ok: bool, name: str, what: str, value: Any) -> None:
     if not ok:
         raise ValueError(f"config field {name} {what}, got {value!r}")
 
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "method": MethodConfig, "rollout": RolloutConfig,
-            "optim": OptimConfig}
+
+SECTIONS = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "method": MethodConfig,
+    "rollout": RolloutConfig,
+    "optim": OptimConfig,
+}
+
 
 # -- building a config ------------------------------------------------------------------------------------------
 def _strip_optional(ftype: Any) -> tuple[Any, bool]:
@@ -332,7 +404,9 @@ def _set(cfg: TrainConfig, key: str, value: Any) -> None:
     elif len(parts) == 2 and parts[0] in SECTIONS:
         obj, attr = getattr(cfg, parts[0]), parts[1]
     else:
-        raise ValueError(f"unknown config key {key!r}; keys are FIELD or SECTION.FIELD with SECTION in {list(SECTIONS)}")
+        raise ValueError(
+            f"unknown config key {key!r}; keys are FIELD or SECTION.FIELD with SECTION in {list(SECTIONS)}"
+        )
     valid = [f.name for f in fields(obj)]
     if attr not in valid or attr in SECTIONS:
         where = parts[0] if len(parts) == 2 else "top level"
@@ -349,6 +423,7 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+
 
 def build_config(yaml_path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Defaults < method preset < YAML file < ``key=value`` overrides. Validated before it is returned."""
@@ -380,8 +455,10 @@ def build_config(yaml_path: str | None = None, overrides: list[str] | None = Non
         _set(cfg, k, v)
     return cfg.validate()
 
+
 def to_dict(cfg: TrainConfig) -> dict:
     return dataclasses.asdict(cfg)
+
 
 def from_dict(d: dict) -> TrainConfig:
     """Exact inverse of `to_dict` (used to reload a run's config.yaml on resume)."""
@@ -392,6 +469,7 @@ def from_dict(d: dict) -> TrainConfig:
             continue
         _set(cfg, k, v)
     return cfg.validate()
+
 
 # -- help text from the field docstrings ------------------------------------------------------------------------
 def field_docs(cls) -> dict[str, str]:
@@ -409,10 +487,16 @@ def _own_field_docs(cls) -> dict[str, str]:
     body = tree.body[0].body
     docs = {}
     for a, b in zip(body, body[1:]):
-        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
-                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
+        if (
+            isinstance(a, ast.AnnAssign)
+            and isinstance(a.target, ast.Name)
+            and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)
+        ):
             docs[a.target.id] = " ".join(b.value.value.split())
     return docs
+
 
 def help_text() -> str:
     lines = ["Configuration (set with key=value, or in a YAML file given with --config):", ""]
@@ -427,8 +511,7 @@ def help_text() -> str:
             if f.name in SECTIONS:
                 continue
             lines.append(f"  {prefix}{f.name} = {getattr(obj, f.name)!r}")
-            lines.append(textwrap.fill(docs.get(f.name, ""), 100, initial_indent="      ",
-                                       subsequent_indent="      "))
+            lines.append(textwrap.fill(docs.get(f.name, ""), 100, initial_indent="      ", subsequent_indent="      "))
         lines.append("")
     lines.append(f"Method presets (method.name=...): {', '.join(list_presets())}")
     return "\n".join(lines)

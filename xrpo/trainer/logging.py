@@ -8,7 +8,8 @@ outlives the rows of steps <= k. ``--resume`` from step k then brings each recor
 continues (``rewind_records``): rows of later steps (written by the killed process after its last checkpoint, which
 the resumed run writes again) move to ``<name>.discarded.jsonl`` (``tensorboard/discarded-events.tfrecord`` for event
 files), which nothing reads; the record itself is rewritten atomically. A validation row belongs to the checkpoint
-only if it is in the checkpoint's ``eval_history``: the final validation, made after the last checkpoint, is made again on resume.
+only if it is in the checkpoint's ``eval_history``: the final validation, made after the last checkpoint, is made
+again on resume.
 
 Segments: each `xrpo train` process of a run is a segment. Its wall time, steps, rollouts and tokens are saved in
 every checkpoint (``state.json`` ``segments``); a segment that was killed counts up to the checkpoint the next one
@@ -17,6 +18,7 @@ carry its logged time (``time/step``, ``time/validate``), reported as ``discarde
 time between the last logged row and the kill is not recorded anywhere. A process killed before it wrote a checkpoint
 leaves no segment: only its set-aside rows tell of it (the summary's ``discarded_*`` totals come from those files).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +64,9 @@ def _read_rows(path: Path) -> list[tuple[str, dict | None]]:
             if i == len(lines):
                 out.append((line, None))
                 continue
-            raise ValueError(f"{path} line {i}: not valid JSON; cannot bring the record back to the checkpoint") \
-                from None
+            raise ValueError(
+                f"{path} line {i}: not valid JSON; cannot bring the record back to the checkpoint"
+            ) from None
         if not isinstance(row, dict) or not isinstance(row.get("step"), int):
             raise ValueError(f"{path} line {i}: expected a JSON object with an integer 'step'")
         out.append((line, row))
@@ -143,14 +146,18 @@ def rewind_records(output: Path, step: int, eval_history: list[dict], *, log=pri
     if parts:
         later = sorted({r["step"] for r in gone_rows["metrics.jsonl"] if r["step"] > step})
         when = f" (steps {later[0]}-{later[-1]})" if later else ""
-        log(f"records brought back to step {step}: set aside {', '.join(parts)}{when}, written after the checkpoint; "
-            f"kept in *.discarded.jsonl" + (f" and {TB_DIR}/{TB_DISCARDED}" if tb_removed else ""))
+        log(
+            f"records brought back to step {step}: set aside {', '.join(parts)}{when}, written after the checkpoint; "
+            f"kept in *.discarded.jsonl" + (f" and {TB_DIR}/{TB_DISCARDED}" if tb_removed else "")
+        )
     for p in moved:
         log(f"checkpoint after step {step} set aside: {p}")
     missing = sorted(set(range(1, step + 1)) - {r["step"] for r in kept_metrics})
     if (output / "metrics.jsonl").is_file() and missing:
-        log(f"warning: metrics.jsonl has no row for {len(missing)} of steps 1-{step} (first: {missing[0]}); "
-            f"the checkpoint's steps cannot be logged again")
+        log(
+            f"warning: metrics.jsonl has no row for {len(missing)} of steps 1-{step} (first: {missing[0]}); "
+            f"the checkpoint's steps cannot be logged again"
+        )
     return {"rows": removed, "tb_events": tb_removed, "kept": kept_metrics, "discarded": gone_rows}
 
 
@@ -163,8 +170,10 @@ def _rewind_tensorboard(tb_dir: Path, step: int, eval_tags: set, allowed: Counte
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.summary.writer.record_writer import RecordWriter
     except ImportError:
-        log(f"warning: tensorboard is not installed, so the event files in {tb_dir} were not brought back to step "
-            f"{step}; TensorBoard may show the steps after it twice (pip install 'xrpo[tensorboard]')")
+        log(
+            f"warning: tensorboard is not installed, so the event files in {tb_dir} were not brought back to step "
+            f"{step}; TensorBoard may show the steps after it twice (pip install 'xrpo[tensorboard]')"
+        )
         return 0
     seen: Counter = Counter()
     removed = 0
@@ -207,8 +216,7 @@ class RunLogger:
     the records back to that checkpoint and continues its segments; ``t_start`` is when this process started (its
     segment's wall time counts from there)."""
 
-    def __init__(self, output: Path, cfg, *, resume_state: dict | None = None, t_start: float | None = None,
-                 log=print):
+    def __init__(self, output: Path, cfg, *, resume_state: dict | None = None, t_start: float | None = None, log=print):
         self.output = Path(output)
         self.log = log
         self._t_start = time.perf_counter() if t_start is None else t_start
@@ -221,8 +229,15 @@ class RunLogger:
             rewound = rewind_records(self.output, start, resume_state.get("eval_history", []), log=log)
             self._segments = [dict(s) for s in resume_state.get("segments") or [_segment_from_logs(rewound["kept"])]]
             discarded = _discarded_figures(rewound["discarded"])
-        self._segment = {"start_step": start, "end_step": start, "wall_time_s": 0.0, "steps": 0, "rollouts": 0.0,
-                         "tokens": 0.0, **discarded}
+        self._segment = {
+            "start_step": start,
+            "end_step": start,
+            "wall_time_s": 0.0,
+            "steps": 0,
+            "rollouts": 0.0,
+            "tokens": 0.0,
+            **discarded,
+        }
         mode = "a" if resume_state is not None else "w"
         self._metrics = open(self.output / "metrics.jsonl", mode)
         self._evals = open(self.output / "eval.jsonl", mode)
@@ -237,16 +252,16 @@ class RunLogger:
                     _wait_to_sort_last(self.output / TB_DIR, log)
                 # purge_step: a TensorBoard already showing the run hides its events of later steps (the files
                 # themselves were brought back to the checkpoint above)
-                self._tb = SummaryWriter(str(self.output / TB_DIR),
-                                         purge_step=start + 1 if resume_state is not None else None)
+                self._tb = SummaryWriter(
+                    str(self.output / TB_DIR), purge_step=start + 1 if resume_state is not None else None
+                )
             except ImportError:  # tensorboard is an optional extra
                 self._tb = None
         self._bar = None
         if cfg.progress:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.method.name}", unit="step",
-                             dynamic_ncols=True)
+            self._bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.method.name}", unit="step", dynamic_ncols=True)
         self._last_eval = None
 
     # ------------------------------------------------------------------ segments
@@ -338,8 +353,17 @@ class RunLogger:
                 continue
             seen.add(x.problem_index)
             p = problems[x.problem_index]
-            rows.append({"step": step, "problem": p.id, "reference": p.answer, "completion": x.text,
-                         "reward": x.reward, "reason": x.verify_reason, "seeded": x.seeded})
+            rows.append(
+                {
+                    "step": step,
+                    "problem": p.id,
+                    "reference": p.answer,
+                    "completion": x.text,
+                    "reward": x.reward,
+                    "reason": x.verify_reason,
+                    "seeded": x.seeded,
+                }
+            )
             if len(rows) == n:
                 break
         for row in rows:
@@ -361,18 +385,26 @@ class RunLogger:
         b, a = summary.get("pass@1_before"), summary.get("pass@1_after")
         self.log("")
         segs = summary.get("num_segments", 1)
-        self.log(f"done: {summary['method']}, {summary['steps']} steps in {summary['wall_time_s']:.0f}s"
-                 + (f" over {segs} segments (resumed {segs - 1} times)" if segs > 1 else ""))
+        self.log(
+            f"done: {summary['method']}, {summary['steps']} steps in {summary['wall_time_s']:.0f}s"
+            + (f" over {segs} segments (resumed {segs - 1} times)" if segs > 1 else "")
+        )
         if b is not None and a is not None:
-            self.log(f"held-out pass@1 ({summary['heldout_problems']} problems x "
-                     f"{summary['heldout_samples_per_problem']} samples): before {b:.3f} -> after {a:.3f}")
+            self.log(
+                f"held-out pass@1 ({summary['heldout_problems']} problems x "
+                f"{summary['heldout_samples_per_problem']} samples): before {b:.3f} -> after {a:.3f}"
+            )
         x = summary.get("xrpo", {})
         if x.get("planned_rounds"):
-            self.log(f"XRPO: non-uniform allocation in {x['nonuniform_round_share']:.1%} of {x['planned_rounds']} "
-                     f"planning rounds (largest extra {x['max_extra']:.0f}); ICL seeded {x['seeded_prompts']:.0f} "
-                     f"prompts, {x['flips']:.0f} flipped; {x['sharpened']:.0f} advantages sharpened")
-        self.log(f"outputs in {summary['output']}: config.yaml, metrics.jsonl, eval.jsonl, rounds.jsonl, "
-                 f"samples.jsonl, summary.json, checkpoints/")
+            self.log(
+                f"XRPO: non-uniform allocation in {x['nonuniform_round_share']:.1%} of {x['planned_rounds']} "
+                f"planning rounds (largest extra {x['max_extra']:.0f}); ICL seeded {x['seeded_prompts']:.0f} "
+                f"prompts, {x['flips']:.0f} flipped; {x['sharpened']:.0f} advantages sharpened"
+            )
+        self.log(
+            f"outputs in {summary['output']}: config.yaml, metrics.jsonl, eval.jsonl, rounds.jsonl, "
+            f"samples.jsonl, summary.json, checkpoints/"
+        )
 
 
 def _wait_to_sort_last(tb_dir: Path, log) -> None:
@@ -387,8 +419,10 @@ def _wait_to_sort_last(tb_dir: Path, log) -> None:
             pass
     wait = max(stamps, default=0) + 1 - time.time()
     if wait > 2:
-        log(f"warning: an event file in {tb_dir} is dated {wait:.0f}s in the future (clock change?); TensorBoard "
-            f"may read this segment's events before it")
+        log(
+            f"warning: an event file in {tb_dir} is dated {wait:.0f}s in the future (clock change?); TensorBoard "
+            f"may read this segment's events before it"
+        )
     elif wait > 0:
         time.sleep(wait)
 
@@ -397,10 +431,15 @@ def _segment_from_logs(kept_metrics: list[dict]) -> dict:
     """The segments before a checkpoint written by an xrpo that did not record them: one segment, its wall time the
     logged step time (a lower bound: setup, validation and checkpoint time are not in time/step)."""
     kept_metrics = list({r["step"]: r for r in kept_metrics}.values())  # an older resume logged some steps twice
-    return {"start_step": 0, "end_step": max((r["step"] for r in kept_metrics), default=0),
-            "wall_time_s": sum(r.get("time/step", 0.0) for r in kept_metrics), "steps": len(kept_metrics),
-            "rollouts": sum(r.get("rollout/count", 0.0) for r in kept_metrics),
-            "tokens": sum(r.get("loss/tokens", 0.0) for r in kept_metrics), "estimated_from_logs": True}
+    return {
+        "start_step": 0,
+        "end_step": max((r["step"] for r in kept_metrics), default=0),
+        "wall_time_s": sum(r.get("time/step", 0.0) for r in kept_metrics),
+        "steps": len(kept_metrics),
+        "rollouts": sum(r.get("rollout/count", 0.0) for r in kept_metrics),
+        "tokens": sum(r.get("loss/tokens", 0.0) for r in kept_metrics),
+        "estimated_from_logs": True,
+    }
 
 
 def discarded_totals(output: Path) -> dict:
@@ -418,8 +457,13 @@ def discarded_totals(output: Path) -> dict:
             if isinstance(row, dict) and "step" in row:  # not an {"unreadable_line": ...}
                 rows.append(row)
         gone[name] = rows
-    return {"discarded_steps": 0, "discarded_time_s": 0.0, "discarded_rollouts": 0.0, "discarded_tokens": 0.0,
-            **_discarded_figures(gone)}
+    return {
+        "discarded_steps": 0,
+        "discarded_time_s": 0.0,
+        "discarded_rollouts": 0.0,
+        "discarded_tokens": 0.0,
+        **_discarded_figures(gone),
+    }
 
 
 def _discarded_figures(gone: dict[str, list[dict]]) -> dict:
@@ -431,7 +475,7 @@ def _discarded_figures(gone: dict[str, list[dict]]) -> dict:
     return {
         "discarded_steps": len(metrics),
         "discarded_time_s": sum(r.get("time/step", 0.0) for r in metrics)
-                            + sum(r.get("time/validate", 0.0) for r in evals),
+        + sum(r.get("time/validate", 0.0) for r in evals),
         "discarded_rollouts": sum(r.get("rollout/count", 0.0) for r in metrics),
         "discarded_tokens": sum(r.get("loss/tokens", 0.0) for r in metrics),
     }

@@ -1,4 +1,5 @@
 """Per-token log-probs of completions under a causal LM, in micro-batches bounded by a token budget."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -31,7 +32,10 @@ def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
 
 
 def completion_logprobs(
-    model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+    model,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi_T(y_t | x, y_<t) for each completion token, pi_T = softmax(logits / temperature).
@@ -79,15 +83,18 @@ def completion_logprobs(
 
 @torch.no_grad()
 def all_completion_logprobs(
-    model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int, token_budget: int,
+    model,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    token_budget: int,
     temperature: float = 1.0,
 ) -> list[list[float]]:
     """`completion_logprobs` for many rows, micro-batched, returned as one list of floats per row (input order)."""
     out: list[list[float]] = [[] for _ in prompts]
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
     for mb in micro_batches(lengths, token_budget):
-        lp, _ = completion_logprobs(model, [prompts[i] for i in mb], [completions[i] for i in mb], pad_id,
-                                    temperature)
+        lp, _ = completion_logprobs(model, [prompts[i] for i in mb], [completions[i] for i in mb], pad_id, temperature)
         for j, i in enumerate(mb):
             out[i] = lp[j, : len(completions[i])].tolist()
     return out

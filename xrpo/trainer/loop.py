@@ -24,6 +24,7 @@ Deviations from the paper (see also the planner's docstring):
       gradient accumulation over micro-batches gives exactly the full-batch gradient.
     - the default learning rate is 1e-4, not the paper's 2e-6: the built-in model has 1.1M parameters.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,8 +92,9 @@ def plan_config(cfg: TrainConfig) -> PlanConfig:
     )
 
 
-def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
-          on_step: Callable[[StepReport], None] | None = None) -> dict:
+def train(
+    cfg: TrainConfig, *, resume: str | None = None, log=print, on_step: Callable[[StepReport], None] | None = None
+) -> dict:
     """Run the configured training (or resume one) and return the summary (also in summary.json). ``on_step`` is
     called after every step with a `StepReport` (for tests, custom logging or early stopping by raising)."""
     # ================================================================ setup
@@ -136,8 +138,10 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
     encoded = tokenizer([renderer.render(p) for p in every], add_special_tokens=False)["input_ids"]
     for p, ids in zip(every, encoded):
         if len(ids) > cfg.data.max_prompt_tokens:
-            raise ValueError(f"problem {p.id}: prompt has {len(ids)} tokens, more than data.max_prompt_tokens="
-                             f"{cfg.data.max_prompt_tokens}")
+            raise ValueError(
+                f"problem {p.id}: prompt has {len(ids)} tokens, more than data.max_prompt_tokens="
+                f"{cfg.data.max_prompt_tokens}"
+            )
     verifier = get_verifier(cfg.data.verifier, **cfg.data.verifier_args)
     raise_reference_errors(verifier, train_problems, f"data.train ({cfg.data.train})")
     raise_reference_errors(verifier, heldout, f"data.heldout ({cfg.data.heldout})")
@@ -146,17 +150,35 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
         corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
     engine = build_engine(cfg, model, tokenizer)
     pcfg = plan_config(cfg)
-    source = build_source(SourceContext(
-        problems=train_problems, engine=engine, verifier=verifier, renderer=renderer, plan=pcfg,
-        prompts_per_step=r.prompts_per_step, temperature=r.temperature, top_p=r.top_p,
-        max_new_tokens=r.max_new_tokens, stop=tuple(r.stop), seed=cfg.seed, corpus=corpus,
-    ), m)
+    source = build_source(
+        SourceContext(
+            problems=train_problems,
+            engine=engine,
+            verifier=verifier,
+            renderer=renderer,
+            plan=pcfg,
+            prompts_per_step=r.prompts_per_step,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_new_tokens=r.max_new_tokens,
+            stop=tuple(r.stop),
+            seed=cfg.seed,
+            corpus=corpus,
+        ),
+        m,
+    )
     # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs at
     # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there)
     reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and r.engine == "hf")) and r.temperature == 1.0
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
-    policy = Policy(model=model, optimizer=optimizer, loss_fn=get_policy_loss(m.policy_loss), pad_id=pad_id,
-                    ref_model=ref_model, reuse_logprobs=reuse_lp)
+    policy = Policy(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=get_policy_loss(m.policy_loss),
+        pad_id=pad_id,
+        ref_model=ref_model,
+        reuse_logprobs=reuse_lp,
+    )
 
     def lr_lambda(step: int) -> float:
         if step < o.warmup_steps:
@@ -176,29 +198,50 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
         try:
             source.load_state_dict(state)
         except (KeyError, ValueError) as e:
-            raise ckpt.CheckpointError(f"checkpoint {ckpt_path} does not hold this method's batch source state: "
-                                       f"{e}") from None
+            raise ckpt.CheckpointError(
+                f"checkpoint {ckpt_path} does not hold this method's batch source state: {e}"
+            ) from None
         start_step = state["step"]
         history = state.get("eval_history", [])
 
     # on resume the records are first brought back to the checkpoint's step (the killed run may have logged later ones)
     logger = RunLogger(output, cfg, resume_state=state if ckpt_path is not None else None, t_start=t_start, log=log)
-    eval_sampling = SamplingParams(temperature=cfg.eval_temperature, top_p=1.0, max_new_tokens=r.max_new_tokens,
-                                   stop=tuple(r.stop), seed=cfg.seed + 7)
+    eval_sampling = SamplingParams(
+        temperature=cfg.eval_temperature,
+        top_p=1.0,
+        max_new_tokens=r.max_new_tokens,
+        stop=tuple(r.stop),
+        seed=cfg.seed + 7,
+    )
 
     def validate(step: int) -> dict:
         t0 = time.perf_counter()
-        vm, _ = sample_and_score(heldout, engine, verifier, renderer, n=cfg.eval_samples, sampling=eval_sampling,
-                                 ks=cfg.eval_k)
+        vm, _ = sample_and_score(
+            heldout, engine, verifier, renderer, n=cfg.eval_samples, sampling=eval_sampling, ks=cfg.eval_k
+        )
         vm["time/validate"] = time.perf_counter() - t0
         history.append({"step": step, **vm})
         return vm
 
     def save(step: int) -> None:
-        st = {**source.state_dict(), "before": state.get("before", {}), "eval_history": history,
-              "totals": dict(totals), **logger.checkpoint_state(step)}
-        ckpt.save_checkpoint(output, step, model=model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler,
-                             state=st, corpus=corpus, keep_last=cfg.keep_last)
+        st = {
+            **source.state_dict(),
+            "before": state.get("before", {}),
+            "eval_history": history,
+            "totals": dict(totals),
+            **logger.checkpoint_state(step),
+        }
+        ckpt.save_checkpoint(
+            output,
+            step,
+            model=model,
+            tokenizer=tokenizer,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            state=st,
+            corpus=corpus,
+            keep_last=cfg.keep_last,
+        )
 
     if start_step == 0:
         before = validate(0)
@@ -209,8 +252,17 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
 
     # ================================================================ training steps
     step = start_step
-    totals = {k: 0.0 for k in ["alloc/rounds", "alloc/nonuniform_rounds", "alloc/max_extra", "icl/seeded_prompts",
-                               "icl/flips", "adv/sharpened_count"]}
+    totals = {
+        k: 0.0
+        for k in [
+            "alloc/rounds",
+            "alloc/nonuniform_rounds",
+            "alloc/max_extra",
+            "icl/seeded_prompts",
+            "icl/flips",
+            "adv/sharpened_count",
+        ]
+    }
     totals.update(state.get("totals", {}))
     for step in range(start_step + 1, cfg.steps + 1):
         if cfg.time_limit is not None and time.perf_counter() - t_start > cfg.time_limit:
@@ -260,8 +312,16 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
         logger.log_step(step, metrics)
         logger.log_rounds(step, plan.rounds)
         if on_step is not None:
-            on_step(StepReport(step=step, problems=problems, plan=plan, old_logprobs=old_lp if records else [],
-                               metrics=metrics, corpus=corpus))
+            on_step(
+                StepReport(
+                    step=step,
+                    problems=problems,
+                    plan=plan,
+                    old_logprobs=old_lp if records else [],
+                    metrics=metrics,
+                    corpus=corpus,
+                )
+            )
         for k in totals:
             if k != "alloc/max_extra":
                 totals[k] += metrics.get(k, 0.0)
@@ -287,8 +347,9 @@ def train(cfg: TrainConfig, *, resume: str | None = None, log=print,
     else:
         # the final checkpoint was written before the final validation: it learns it (a resumed run then keeps its
         # row) and this segment's end, after the row is logged (a kill in between: the row is set aside, redone)
-        ckpt.update_state(ckpt.list_checkpoints(output)[-1], eval_history=history,
-                          **logger.checkpoint_state(final_step))
+        ckpt.update_state(
+            ckpt.list_checkpoints(output)[-1], eval_history=history, **logger.checkpoint_state(final_step)
+        )
     key = "eval/pass@1"
     summary = {
         "method": m.name,

@@ -1,6 +1,7 @@
 """Building what the loop needs from a config: model and tokenizer, data, rollout engine, ICL corpus. The model and
 engine builders themselves take plain arguments (`xrpo.models.loading`, `xrpo.rollout.build`); these map the
 `TrainConfig` onto them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -63,10 +64,18 @@ def build_engine(cfg: TrainConfig, model, tokenizer):
     if r.engine == "vllm":
         model_dir = loading.resolve_model_dir(cfg.model.path, log=lambda *_: None, **_model_source(cfg))
     return build_rollout_engine(
-        r.engine, tokenizer, model=model, model_dir=model_dir, dtype=cfg.model.dtype, seed=cfg.seed,
-        max_batch_size=r.max_batch_size, vllm_dtype=r.vllm_dtype,
-        gpu_memory_utilization=r.vllm_gpu_memory_utilization, kv_cache_gib=r.vllm_kv_cache_gib,
-        max_model_len=r.vllm_max_model_len, enforce_eager=r.vllm_enforce_eager,
+        r.engine,
+        tokenizer,
+        model=model,
+        model_dir=model_dir,
+        dtype=cfg.model.dtype,
+        seed=cfg.seed,
+        max_batch_size=r.max_batch_size,
+        vllm_dtype=r.vllm_dtype,
+        gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+        kv_cache_gib=r.vllm_kv_cache_gib,
+        max_model_len=r.vllm_max_model_len,
+        enforce_eager=r.vllm_enforce_eager,
     )
 
 
@@ -89,8 +98,12 @@ def make_renderer(cfg: TrainConfig, tokenizer):
     """The prompt renderer, with the "auto" choices resolved (see DataConfig.prompt_template, RolloutConfig)."""
     template = cfg.data.prompt_template or ("Q: {prompt}\nA:" if cfg.data.train == "default" else "{prompt}")
     return build_renderer(
-        tokenizer, prompt_template=template, icl_style=cfg.rollout.icl_style,
-        default_model=cfg.model.path == "default", use_chat_template=cfg.model.use_chat_template,
-        system_prompt=cfg.model.system_prompt, max_prompt_tokens=cfg.data.max_prompt_tokens,
+        tokenizer,
+        prompt_template=template,
+        icl_style=cfg.rollout.icl_style,
+        default_model=cfg.model.path == "default",
+        use_chat_template=cfg.model.use_chat_template,
+        system_prompt=cfg.model.system_prompt,
+        max_prompt_tokens=cfg.data.max_prompt_tokens,
         fewshot_example=cfg.rollout.icl_fewshot_example,
     )

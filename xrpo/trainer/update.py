@@ -8,6 +8,7 @@ the sampling temperature, as verl does; docs/methods.md, "The policy update", ex
 mini-batch is normalised over the whole mini-batch (global token / sequence counts), so accumulating micro-batches
 gives exactly the full-batch gradient.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,12 +65,16 @@ def old_logprobs(policy: Policy, records: list, cfg: TrainConfig, step: int) -> 
     old_lp = [list(x.logprobs) for x in records]
     redo = [i for i, x in enumerate(records) if not reuse_lp or x.train_prompt_ids != x.gen_prompt_ids]
     if redo:
-        fresh = all_completion_logprobs(model, [prompts[i] for i in redo], [comps[i] for i in redo], pad_id,
-                                        o.micro_batch_tokens, r.temperature)
+        fresh = all_completion_logprobs(
+            model, [prompts[i] for i in redo], [comps[i] for i in redo], pad_id, o.micro_batch_tokens, r.temperature
+        )
         for i, v in zip(redo, fresh):
             old_lp[i] = v
-    ref_lp = (all_completion_logprobs(ref_model, prompts, comps, pad_id, o.micro_batch_tokens, r.temperature)
-              if ref_model is not None else None)
+    ref_lp = (
+        all_completion_logprobs(ref_model, prompts, comps, pad_id, o.micro_batch_tokens, r.temperature)
+        if ref_model is not None
+        else None
+    )
     if not all(math.isfinite(v) for row in old_lp for v in row):
         raise NonFiniteLossError(
             f"the policy's log-probs are non-finite at step {step} (the model diverged); nothing was saved "
@@ -87,9 +92,14 @@ def sample_logprobs(policy: Policy, records: list, cfg: TrainConfig) -> list | N
     moved = [i for i, x in enumerate(records) if x.seeded and x.train_prompt_ids != x.gen_prompt_ids]
     sample_lp = [list(x.logprobs) for x in records]
     if moved and not policy.reuse_logprobs:
-        fresh = all_completion_logprobs(policy.model, [records[i].gen_prompt_ids for i in moved],
-                                        [records[i].completion_ids for i in moved], policy.pad_id,
-                                        o.micro_batch_tokens, r.temperature)
+        fresh = all_completion_logprobs(
+            policy.model,
+            [records[i].gen_prompt_ids for i in moved],
+            [records[i].completion_ids for i in moved],
+            policy.pad_id,
+            o.micro_batch_tokens,
+            r.temperature,
+        )
         for i, v in zip(moved, fresh):
             sample_lp[i] = v
     return sample_lp
@@ -123,19 +133,36 @@ def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: in
             for micro in micro_batches(lengths, o.micro_batch_tokens):
                 idx = [mb[j] for j in micro]
                 lp, mask = completion_logprobs(
-                    model, [records[i].train_prompt_ids for i in idx], [records[i].completion_ids for i in idx],
-                    pad_id, cfg.rollout.temperature,
+                    model,
+                    [records[i].train_prompt_ids for i in idx],
+                    [records[i].completion_ids for i in idx],
+                    pad_id,
+                    cfg.rollout.temperature,
                 )
                 old = _pad([old_lp[i] for i in idx], lp.shape[1])
                 loss, lm = loss_fn(
-                    lp, old, adv[idx], mask, clip_low=m.clip_low, clip_high=m.clip_high, agg_mode=m.loss_agg,
-                    global_tokens=global_tokens, global_seqs=len(mb), max_tokens=cfg.rollout.max_new_tokens,
+                    lp,
+                    old,
+                    adv[idx],
+                    mask,
+                    clip_low=m.clip_low,
+                    clip_high=m.clip_high,
+                    agg_mode=m.loss_agg,
+                    global_tokens=global_tokens,
+                    global_seqs=len(mb),
+                    max_tokens=cfg.rollout.max_new_tokens,
                 )
                 mb_loss += float(loss.detach())
                 if ref_lp is not None:
                     kl = kl_penalty(lp, _pad([ref_lp[i] for i in idx], lp.shape[1]), kind=m.kl_estimator)
-                    kl_loss = aggregate_loss(kl, mask, m.loss_agg, global_tokens=global_tokens,
-                                             global_seqs=len(mb), max_tokens=cfg.rollout.max_new_tokens)
+                    kl_loss = aggregate_loss(
+                        kl,
+                        mask,
+                        m.loss_agg,
+                        global_tokens=global_tokens,
+                        global_seqs=len(mb),
+                        max_tokens=cfg.rollout.max_new_tokens,
+                    )
                     mb_kl += float(kl_loss.detach())
                     loss = loss + m.kl_coef * kl_loss
                 if not torch.isfinite(loss):
@@ -182,6 +209,7 @@ def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: in
     out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     out["loss/tokens"] = float(sum(len(x.completion_ids) for x in records))
     return out
+
 
 # per-micro-batch extremes of the loss metrics: the step's value is their max / min, not a token-weighted mean
 _EXTREMES = ("loss/ratio_max", "loss/ratio_min")

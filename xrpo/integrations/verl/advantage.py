@@ -18,6 +18,7 @@ Rows whose response mask is all zero (the padding rows `RayXRPOTrainer` adds to 
 produced no token) have no s(y) and no reward to compare: they are left out of every group statistic and get
 advantage 0 (counted in ``adv/empty_rows``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -94,8 +95,9 @@ def compute_xrpo_outcome_advantage(
         if rows.size:
             gid = group_index(np.asarray(index)[rows])
             r = rewards[rows]
-            adv = torch.from_numpy(group_advantages(r, gid, scale="std" if norm_adv_by_std_in_grpo else "none",
-                                                    eps=eps))
+            adv = torch.from_numpy(
+                group_advantages(r, gid, scale="std" if norm_adv_by_std_in_grpo else "none", eps=eps)
+            )
             m["adv/mean"] = float(adv.mean())
             m["adv/abs_mean"] = float(adv.abs().mean())
             if xcfg.sharpen:
@@ -113,7 +115,12 @@ def compute_xrpo_outcome_advantage(
                 lp = old_log_probs.detach().cpu()[rows]
                 scores = length_normalized_loglik(lp, mask[rows])
                 adv, sm = sharpen_advantages(
-                    adv, r, scores, gid, lam_nov=xcfg.lam_nov, kappa_clip=xcfg.kappa_clip,
+                    adv,
+                    r,
+                    scores,
+                    gid,
+                    lam_nov=xcfg.lam_nov,
+                    kappa_clip=xcfg.kappa_clip,
                     full_reward=xcfg.full_reward,
                 )
                 m.update(sm)

@@ -17,6 +17,7 @@ trainer recomputes the old log-probs under the stored prompt before the update, 
 Registered by xrpo's verl plugin in every process that imports verl, so verl's agent-loop workers (Ray actors) find
 it by name. Text prompts only: a multimodal row is refused.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -44,7 +45,9 @@ class XRPOICLAgentLoop(SingleTurnAgentLoop):
             )
         train = kwargs.get(TRAIN_PROMPT_KEY, "original")
         if train not in ("original", "icl"):
-            raise ValueError(f"agent loop {AGENT_NAME!r}: {TRAIN_PROMPT_KEY} must be 'original' or 'icl', got {train!r}")
+            raise ValueError(
+                f"agent loop {AGENT_NAME!r}: {TRAIN_PROMPT_KEY} must be 'original' or 'icl', got {train!r}"
+            )
         if self.processor is not None and (await self.process_multi_modal_info(list(kwargs["raw_prompt"]))):
             raise ValueError(f"agent loop {AGENT_NAME!r}: ICL seeding supports text prompts only")
         output = await super().run(sampling_params, priority=priority, **{**kwargs, "raw_prompt": list(icl)})

@@ -10,6 +10,7 @@ then verl's ``run_ppo`` starts or joins the Ray cluster (``ray_kwargs.ray_init``
 first and run this on the head node) and runs `XRPOTaskRunner` as a Ray actor: it builds verl's worker groups
 (FSDP / Megatron actor with vLLM / SGLang rollout), datasets and `RayXRPOTrainer`, and trains.
 """
+
 from __future__ import annotations
 
 import os
@@ -86,14 +87,32 @@ class XRPOTaskRunner(_base_runner()):
         check_config(config)
         model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
         tokenizer, processor = model_config.tokenizer, model_config.processor
-        train = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor, is_train=True,
-                                  max_samples=config.data.get("train_max_samples", -1))
-        val = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False,
-                                max_samples=config.data.get("val_max_samples", -1))
+        train = create_rl_dataset(
+            config.data.train_files,
+            config.data,
+            tokenizer,
+            processor,
+            is_train=True,
+            max_samples=config.data.get("train_max_samples", -1),
+        )
+        val = create_rl_dataset(
+            config.data.val_files,
+            config.data,
+            tokenizer,
+            processor,
+            is_train=False,
+            max_samples=config.data.get("val_max_samples", -1),
+        )
         trainer = RayXRPOTrainer(
-            config=config, tokenizer=tokenizer, processor=processor, role_worker_mapping=self.role_worker_mapping,
-            resource_pool_manager=self.init_resource_pool_mgr(config), ray_worker_group_cls=worker_group_cls,
-            train_dataset=train, val_dataset=val, collate_fn=collate_fn,
+            config=config,
+            tokenizer=tokenizer,
+            processor=processor,
+            role_worker_mapping=self.role_worker_mapping,
+            resource_pool_manager=self.init_resource_pool_mgr(config),
+            ray_worker_group_cls=worker_group_cls,
+            train_dataset=train,
+            val_dataset=val,
+            collate_fn=collate_fn,
             train_sampler=create_rl_sampler(config.data, train),
         )
         trainer.init_workers()

@@ -18,6 +18,7 @@ bookkeeping verl needs:
     mark_padding        a rollout dump's reward extras with the padding rows blanked and flagged
     plan_result         the step as an `xrpo.rollout.planner.PlanResult` for xrpo's metrics and corpus update
 """
+
 from __future__ import annotations
 
 import copy
@@ -76,7 +77,9 @@ def problem_text(raw_prompt: Sequence[dict]) -> str:
         if msg.get("role") == "user":
             content = msg.get("content")
             if not isinstance(content, str):
-                raise ValueError(f"ICL seeding needs text prompts; the last user message holds {type(content).__name__}")
+                raise ValueError(
+                    f"ICL seeding needs text prompts; the last user message holds {type(content).__name__}"
+                )
             return content
     raise ValueError(f"raw_prompt has no user message: roles {[m.get('role') for m in raw_prompt]}")
 
@@ -90,15 +93,21 @@ def problem_id(extra_info: Any, raw_prompt: Sequence[dict]) -> str:
 
 def chat_template_length(tokenizer, messages: Sequence[dict], chat_template_kwargs: dict | None = None) -> int:
     """Tokens of ``messages`` under the chat template with the generation prompt (how verl's agent loop renders)."""
-    out = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
-                                        **dict(chat_template_kwargs or {}))
+    out = tokenizer.apply_chat_template(
+        list(messages), add_generation_prompt=True, tokenize=True, **dict(chat_template_kwargs or {})
+    )
     # transformers 5 returns a BatchEncoding (a mapping) by default, 4.x a list of ids
     ids = out["input_ids"] if hasattr(out, "keys") else out
     return len(ids)
 
 
-def icl_messages(raw_prompt: Sequence[dict], examples: Sequence, tokenizer, max_prompt_tokens: int,
-                 chat_template_kwargs: dict | None = None) -> tuple[list[dict] | None, int]:
+def icl_messages(
+    raw_prompt: Sequence[dict],
+    examples: Sequence,
+    tokenizer,
+    max_prompt_tokens: int,
+    chat_template_kwargs: dict | None = None,
+) -> tuple[list[dict] | None, int]:
     """The ICL-seeded messages for a prompt (XRPO appendix template), or None when no example fits.
 
     The last user message's content becomes ``build_icl_prompt(content, examples)``; other messages (a system prompt)
@@ -150,13 +159,20 @@ def rewards_by_prompt(row_uids: Sequence, row_rewards, prompt_uids: Sequence) ->
 def round_counts(rewards: Sequence[np.ndarray], budget: int, xcfg) -> np.ndarray:
     """Extra rollouts per prompt in one planning round (Algorithm 1 line 7): HRP (Eqs. 1-3) or an even split."""
     if xcfg.allocation == "hrp":
-        return allocate_round(list(rewards), budget, alpha=xcfg.alpha, lam=xcfg.lam,
-                              max_per_prompt=xcfg.max_extra_per_prompt, mode=xcfg.alloc_mode)
+        return allocate_round(
+            list(rewards),
+            budget,
+            alpha=xcfg.alpha,
+            lam=xcfg.lam,
+            max_per_prompt=xcfg.max_extra_per_prompt,
+            mode=xcfg.alloc_mode,
+        )
     return split_budget(np.zeros(len(rewards)), budget, max_per_prompt=xcfg.max_extra_per_prompt)
 
 
-def round_gen_batch(gen_batch, counts: Sequence[int], icl: dict[int, list[dict]], train_prompt: str,
-                    default_agent: str):
+def round_gen_batch(
+    gen_batch, counts: Sequence[int], icl: dict[int, list[dict]], train_prompt: str, default_agent: str
+):
     """The generation batch of one round: prompt q repeated ``counts[q]`` times (0 drops it); prompts in ``icl``
     (prompt index -> ICL messages) go to the ``xrpo_icl`` agent loop with their messages. Returns (batch, rows' prompt
     indices)."""
@@ -169,7 +185,8 @@ def round_gen_batch(gen_batch, counts: Sequence[int], icl: dict[int, list[dict]]
     out = gen_batch.sample_level_repeat(counts.tolist())
     if icl:
         out.non_tensor_batch["agent_name"] = _obj_array(
-            [AGENT_NAME if int(q) in icl else default_agent for q in prompt_of_row])
+            [AGENT_NAME if int(q) in icl else default_agent for q in prompt_of_row]
+        )
         out.non_tensor_batch[ICL_PROMPT_KEY] = _obj_array([icl.get(int(q)) for q in prompt_of_row])
         out.non_tensor_batch[TRAIN_PROMPT_KEY] = _obj_array([train_prompt] * len(prompt_of_row))
     return out, prompt_of_row
@@ -246,8 +263,11 @@ def _pad_rows(batch, k: int):
     from verl import DataProto
 
     pad = batch.select_idxs([0] * k)
-    pad = DataProto(batch=pad.batch.clone(), non_tensor_batch={key: v.copy() for key, v in pad.non_tensor_batch.items()},
-                    meta_info=pad.meta_info)
+    pad = DataProto(
+        batch=pad.batch.clone(),
+        non_tensor_batch={key: v.copy() for key, v in pad.non_tensor_batch.items()},
+        meta_info=pad.meta_info,
+    )
     for key in ("response_mask", "rm_scores", "token_level_scores", "token_level_rewards"):
         if key in pad.batch.keys():
             pad.batch[key] = torch.zeros_like(pad.batch[key])
@@ -364,17 +384,32 @@ def plan_result(batch, prompt_uids: Sequence, rounds: list[dict], tokenizer, ful
         if problems[q] is None:
             raw = list(nt["raw_prompt"][i])
             gt = nt["reward_model"][i].get("ground_truth") if isinstance(nt["reward_model"][i], dict) else None
-            problems[q] = Problem(id=problem_id(nt["extra_info"][i], raw), prompt=copy.deepcopy(raw),
-                                  answer=_reference(gt, nt["data_source"][i], nt["extra_info"][i]))
+            problems[q] = Problem(
+                id=problem_id(nt["extra_info"][i], raw),
+                prompt=copy.deepcopy(raw),
+                answer=_reference(gt, nt["data_source"][i], nt["extra_info"][i]),
+            )
         ids = batch.batch["responses"][i][mask[i].bool()].tolist()
         reward = float(rewards[i])
         text = tokenizer.decode(ids, skip_special_tokens=True) if reward >= full_reward else ""
-        records.append(RolloutRecord(
-            problem_index=q, group_id=q, round=int(nt[ROUND_KEY][i]), seeded=bool(nt[SEEDED_KEY][i]),
-            gen_prompt_ids=[], train_prompt_ids=[], completion_ids=ids, logprobs=[],
-            finish_reason="length" if len(ids) >= resp_len else "stop", text=text, reward=reward,
-        ))
+        records.append(
+            RolloutRecord(
+                problem_index=q,
+                group_id=q,
+                round=int(nt[ROUND_KEY][i]),
+                seeded=bool(nt[SEEDED_KEY][i]),
+                gen_prompt_ids=[],
+                train_prompt_ids=[],
+                completion_ids=ids,
+                logprobs=[],
+                finish_reason="length" if len(ids) >= resp_len else "stop",
+                text=text,
+                reward=reward,
+            )
+        )
     return PlanResult(
-        records=records, rewards=np.array([x.reward for x in records], dtype=np.float64),
-        group_ids=np.array([x.group_id for x in records], dtype=np.int64), rounds=rounds,
+        records=records,
+        rewards=np.array([x.reward for x in records], dtype=np.float64),
+        group_ids=np.array([x.group_id for x in records], dtype=np.int64),
+        rounds=rounds,
     ), problems

@@ -18,6 +18,7 @@ verl swallows a plugin's import error (it only logs it at debug level), so a bro
 "Unknown advantage estimator simply: xrpo"; ``python -c "import verl, xrpo.integrations.verl.plugin"`` surfaces the
 real error.
 """
+
 from __future__ import annotations
 
 from xrpo.integrations.verl import advantage, agent_loop

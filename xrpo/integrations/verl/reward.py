@@ -13,6 +13,7 @@ keyword arguments for it go under ``reward_kwargs.verifier_kwargs``. One verifie
 The result is a dict: ``score`` (the reward), ``acc`` (the same value: verl's validation reports mean@k / best@k of
 it) and ``pred`` (the normalised extracted answer, "" if none: verl's maj@k votes on it, i.e. cons@k).
 """
+
 from __future__ import annotations
 
 import json

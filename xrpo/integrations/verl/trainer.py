@@ -39,6 +39,7 @@ old log-probs are always recomputed and no IS weight or rejection mask is applie
 
 Needs GPUs (verl's rollout servers are vLLM / SGLang); the driver-side pieces are tested on CPU, see docs/verl.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -130,7 +131,8 @@ class RayXRPOTrainer(RayPPOTrainer):
                 "loss by ppo_mini_batch_size * rollout.n, padding rows included, so a step RayXRPOTrainer pads to "
                 "the mini-batch multiple trains with its loss scaled by about 1 - batch/pad_frac (logged each step; "
                 "token-mean is exact). Keep the step's budget a multiple of the mini-batch to avoid padding "
-                "(docs/verl.md)", stacklevel=2,
+                "(docs/verl.md)",
+                stacklevel=2,
             )
         self.xrpo_budget = rollouts_per_step(self.config, self.xrpo)
         self.xrpo_plan = self.xrpo.plan_config(self.xrpo_budget)
@@ -140,8 +142,9 @@ class RayXRPOTrainer(RayPPOTrainer):
 
             emb = get_embedder(self.xrpo.embedder)
             if self.xrpo.corpus_init:
-                self.corpus = ICLCorpus.from_jsonl(self.xrpo.corpus_init, emb,
-                                                   max_per_problem=self.xrpo.corpus_max_per_problem)
+                self.corpus = ICLCorpus.from_jsonl(
+                    self.xrpo.corpus_init, emb, max_per_problem=self.xrpo.corpus_max_per_problem
+                )
             else:
                 self.corpus = ICLCorpus(emb, max_per_problem=self.xrpo.corpus_max_per_problem)
 
@@ -222,14 +225,14 @@ class RayXRPOTrainer(RayPPOTrainer):
                 icl, truncated = {}, 0
                 if x.icl and self.corpus is not None and len(self.corpus) > 0:
                     # Alg. 1 lines 9-10: a prompt with no correct rollout so far is seeded with solved neighbours
-                    unsolved = [q for q in range(n_prompts)
-                                if counts[q] > 0 and not np.any(so_far[q] >= x.full_reward)]
+                    unsolved = [q for q in range(n_prompts) if counts[q] > 0 and not np.any(so_far[q] >= x.full_reward)]
                     if unsolved:
                         with marked_timer("xrpo_retrieve", timing_raw):
                             found = self.corpus.retrieve_many(
                                 [problem_id(extra[q], raw[q]) for q in unsolved],
                                 [problem_text(raw[q]) for q in unsolved],
-                                k=x.icl_k, min_similarity=x.icl_min_similarity,
+                                k=x.icl_k,
+                                min_similarity=x.icl_min_similarity,
                             )
                             for q, examples in zip(unsolved, found):
                                 if examples:
@@ -240,9 +243,17 @@ class RayXRPOTrainer(RayPPOTrainer):
                 n_before = [len(r) for r in so_far]
                 run(counts, icl, t)
                 after = rewards_by_prompt(row_uids, row_rewards, uids)
-                flips = sum(1 for q in icl if np.any(after[q][n_before[q]:] >= x.full_reward))
-                rounds.append({"round": t, "alloc": [int(c) for c in counts], "seeded": sorted(icl), "flips": flips,
-                               "truncated": truncated, "nonuniform": _is_nonuniform(np.asarray(counts), budget)})
+                flips = sum(1 for q in icl if np.any(after[q][n_before[q] :] >= x.full_reward))
+                rounds.append(
+                    {
+                        "round": t,
+                        "alloc": [int(c) for c in counts],
+                        "seeded": sorted(icl),
+                        "flips": flips,
+                        "truncated": truncated,
+                        "nonuniform": _is_nonuniform(np.asarray(counts), budget),
+                    }
+                )
         merged = merge_rounds(parts)
         if x.icl and x.icl_train_prompt == "original":
             check_icl_prompts(merged)
@@ -253,10 +264,13 @@ class RayXRPOTrainer(RayPPOTrainer):
         fn = get_adv_estimator_fn(ESTIMATOR_NAME)
         adv_metrics: dict = {}
         adv, ret = fn(
-            token_level_rewards=batch.batch["token_level_rewards"], response_mask=batch.batch["response_mask"],
-            index=batch.non_tensor_batch["uid"], config=self.config.algorithm,
+            token_level_rewards=batch.batch["token_level_rewards"],
+            response_mask=batch.batch["response_mask"],
+            index=batch.non_tensor_batch["uid"],
+            config=self.config.algorithm,
             norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
-            old_log_probs=batch.batch["old_log_probs"], metrics=adv_metrics,
+            old_log_probs=batch.batch["old_log_probs"],
+            metrics=adv_metrics,
         )
         batch.batch["advantages"] = adv
         batch.batch["returns"] = ret
@@ -282,8 +296,10 @@ class RayXRPOTrainer(RayPPOTrainer):
         if self.config.algorithm.get("rollout_correction", None) is not None:
             # rollout_is / rollout_rs are refused by validate_xrpo_config: metrics only, the batch is untouched
             _, _, corr = compute_rollout_correction_and_rejection_mask(
-                old_log_prob=sub.batch["old_log_probs"], rollout_log_prob=sub.batch["rollout_log_probs"],
-                response_mask=sub.batch["response_mask"])
+                old_log_prob=sub.batch["old_log_probs"],
+                rollout_log_prob=sub.batch["rollout_log_probs"],
+                response_mask=sub.batch["response_mask"],
+            )
             out.update(corr)
         return out
 
@@ -296,8 +312,10 @@ class RayXRPOTrainer(RayPPOTrainer):
         if self._dump_executor._shutdown:
             self._init_dump_executor()
         logger = Tracking(
-            project_name=self.config.trainer.project_name, experiment_name=self.config.trainer.experiment_name,
-            default_backend=self.config.trainer.logger, config=OmegaConf.to_container(self.config, resolve=True),
+            project_name=self.config.trainer.project_name,
+            experiment_name=self.config.trainer.experiment_name,
+            default_backend=self.config.trainer.logger,
+            config=OmegaConf.to_container(self.config, resolve=True),
         )
         self.global_steps = 0
         self._load_checkpoint()
@@ -353,8 +371,9 @@ class RayXRPOTrainer(RayPPOTrainer):
                     # -------- 3. fit the ragged batch to verl's data-parallel / mini-batch multiples
                     if "response_mask" not in batch.batch.keys():
                         batch.batch["response_mask"] = compute_response_mask(batch)
-                    multiple = minibatch_multiple(self._get_dp_size(self.actor_rollout_wg, "actor"),
-                                                  actor_cfg.ppo_mini_batch_size, rollout_cfg.n)
+                    multiple = minibatch_multiple(
+                        self._get_dp_size(self.actor_rollout_wg, "actor"), actor_cfg.ppo_mini_batch_size, rollout_cfg.n
+                    )
                     batch, align = align_batch(batch, multiple, self.xrpo.batch_align)
                     metrics.update(align)
                     if self.config.trainer.balance_batch:
@@ -362,7 +381,9 @@ class RayXRPOTrainer(RayPPOTrainer):
                     batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
                     mm = batch.non_tensor_batch.get("multi_modal_inputs")
                     batch.meta_info["images_seqlens"] = [
-                        s for m in (mm if mm is not None else []) if m and "images_seqlens" in m
+                        s
+                        for m in (mm if mm is not None else [])
+                        if m and "images_seqlens" in m
                         for s in m["images_seqlens"].tolist()
                     ]
                     reward_tensor, reward_extra = extract_reward(batch)
@@ -370,10 +391,12 @@ class RayXRPOTrainer(RayPPOTrainer):
                     # -------- 4. old log-probs (actor, under each row's stored prompt), reference, advantages
                     with marked_timer("old_log_prob", timing_raw, color="blue"):
                         old_log_prob, mfu = self._compute_old_log_prob(batch)
-                        entropy = agg_loss(loss_mat=old_log_prob.batch["entropys"],
-                                           loss_mask=batch.batch["response_mask"],
-                                           loss_agg_mode=actor_cfg.loss_agg_mode,
-                                           loss_scale_factor=actor_cfg.loss_scale_factor)
+                        entropy = agg_loss(
+                            loss_mat=old_log_prob.batch["entropys"],
+                            loss_mask=batch.batch["response_mask"],
+                            loss_agg_mode=actor_cfg.loss_agg_mode,
+                            loss_scale_factor=actor_cfg.loss_scale_factor,
+                        )
                         metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": mfu})
                         old_log_prob.batch.pop("entropys")
                         if "routed_experts" in batch.batch and "routed_experts" in old_log_prob.batch:
@@ -391,8 +414,9 @@ class RayXRPOTrainer(RayPPOTrainer):
                         if reward_extra:
                             batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra.items()})
                         if self.config.algorithm.use_kl_in_reward:
-                            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
-                                                                 kl_penalty=self.config.algorithm.kl_penalty)
+                            batch, kl_metrics = apply_kl_penalty(
+                                batch, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty
+                            )
                             metrics.update(kl_metrics)
                         else:
                             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
@@ -402,8 +426,10 @@ class RayXRPOTrainer(RayPPOTrainer):
                     with marked_timer("update_actor", timing_raw, color="red"):
                         actor_output = self._update_actor(batch)
                     # verl's elastic early save: the capacity block (ESI) expires before another step would end
-                    esi_expiring = should_save_ckpt_esi(max_steps_duration=self.max_steps_duration,
-                                                        redundant_time=self.config.trainer.esi_redundant_time)
+                    esi_expiring = should_save_ckpt_esi(
+                        max_steps_duration=self.max_steps_duration,
+                        redundant_time=self.config.trainer.esi_redundant_time,
+                    )
                     if self.config.trainer.save_freq > 0 and (
                         is_last_step or self.global_steps % self.config.trainer.save_freq == 0 or esi_expiring
                     ):
@@ -422,8 +448,9 @@ class RayXRPOTrainer(RayPPOTrainer):
                         metrics["icl/corpus_solutions"] = float(self.corpus.num_solutions)
                     rollout_dir = self.config.trainer.get("rollout_data_dir", None)
                     if rollout_dir:
-                        self._log_rollout_data(batch, mark_padding(reward_extra, batch.non_tensor_batch[PAD_KEY]),
-                                               timing_raw, rollout_dir)
+                        self._log_rollout_data(
+                            batch, mark_padding(reward_extra, batch.non_tensor_batch[PAD_KEY]), timing_raw, rollout_dir
+                        )
 
                 if self.config.trainer.test_freq > 0 and (
                     is_last_step or self.global_steps % self.config.trainer.test_freq == 0
@@ -435,10 +462,12 @@ class RayXRPOTrainer(RayPPOTrainer):
                     metrics.update(val_metrics)
                 with marked_timer("stop_profile", timing_raw):
                     next_profile = self.global_steps + 1 in profile_steps
-                    run_command = bool(curr_profile and profile_steps
-                                       and (self.global_steps == max(profile_steps) or is_last_step))
-                    self._stop_profiling(curr_profile and not next_profile if continuous else curr_profile,
-                                         run_command=run_command)
+                    run_command = bool(
+                        curr_profile and profile_steps and (self.global_steps == max(profile_steps) or is_last_step)
+                    )
+                    self._stop_profiling(
+                        curr_profile and not next_profile if continuous else curr_profile, run_command=run_command
+                    )
                     prev_profile, curr_profile = curr_profile, next_profile
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
 
@@ -446,14 +475,24 @@ class RayXRPOTrainer(RayPPOTrainer):
                 metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
                 metrics.update(compute_data_metrics(batch=batch, use_critic=False))
                 metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
-                metrics.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw,
-                                                          n_gpus=self.resource_pool_manager.get_n_gpus()))
-                metrics.update(compute_variance_proxy_metrics(batch=batch,
-                                                              gradient_norm=metrics.get("actor/grad_norm", None)))
+                metrics.update(
+                    compute_throughout_metrics(
+                        batch=batch, timing_raw=timing_raw, n_gpus=self.resource_pool_manager.get_n_gpus()
+                    )
+                )
+                metrics.update(
+                    compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm", None))
+                )
                 nt = batch.non_tensor_batch
-                metrics.update(compute_spec_decode_metrics(
-                    *(nt.get(k) for k in ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")),
-                    non_padding_mask=~nt[PAD_KEY]))
+                metrics.update(
+                    compute_spec_decode_metrics(
+                        *(
+                            nt.get(k)
+                            for k in ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
+                        ),
+                        non_padding_mask=~nt[PAD_KEY],
+                    )
+                )
                 logger.log(data=metrics, step=self.global_steps)
                 progress.update(1)
                 self.global_steps += 1

@@ -12,6 +12,7 @@ The knobs are the sections of `xrpo.algo.config` that the single-machine planner
 and trainer embed too, with their names, defaults and checks; the step's rollout budget is verl's
 ``data.train_batch_size * actor_rollout_ref.rollout.n`` unless ``rollouts_per_step`` sets it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,13 +60,17 @@ class XRPOConfig(BaseConfig, SharpenConfig, ICLPromptConfig, ICLConfig, Allocati
     def __post_init__(self):
         where = "algorithm.xrpo."
         if self.allocation not in VERL_ALLOCATIONS:
-            raise ValueError(f"config field {where}allocation must be one of hrp or uniform (CurES runs on xrpo's own "
-                             f"trainer only), got {self.allocation!r}")
+            raise ValueError(
+                f"config field {where}allocation must be one of hrp or uniform (CurES runs on xrpo's own "
+                f"trainer only), got {self.allocation!r}"
+            )
         check_knobs(self, where)
         if self.icl_novelty != "train":
-            raise ValueError(f"config field {where}icl_novelty must be train (the xrpo advantage estimator scores s(y) "
-                             f"with the old log-probs, under the prompt each row is trained under), got "
-                             f"{self.icl_novelty!r}")
+            raise ValueError(
+                f"config field {where}icl_novelty must be train (the xrpo advantage estimator scores s(y) "
+                f"with the old log-probs, under the prompt each row is trained under), got "
+                f"{self.icl_novelty!r}"
+            )
         if self.rollouts_per_step is not None and self.rollouts_per_step < 1:
             raise ValueError(f"algorithm.xrpo.rollouts_per_step must be >= 1 or null, got {self.rollouts_per_step}")
         if self.epsilon < 0:
