@@ -349,6 +349,68 @@ def test_prompts_longer_than_the_context_are_refused(served):
 
 
 @needs_vllm_cpu
+def test_streamed_requests_draw_what_generate_draws(served):
+    # submit / wait on vLLM's engine loop (the streaming planner's interface): a request draws what generate draws
+    # for the prompt at its index with the same params, whatever else is in flight and whenever it was submitted
+    from xrpo.rollout.engine import StreamingEngine
+
+    engine, _, _, _ = served
+    assert isinstance(engine, StreamingEngine)
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=5)
+    batch = engine.generate(PROMPTS, [3, 2, 4, 1], params)
+    assert engine.wait() == []
+    for i in (2, 0, 3):
+        engine.submit(("p", i), PROMPTS[i], [3, 2, 4, 1][i], params, index=i)
+    with pytest.raises(ValueError, match="in flight"):
+        engine.submit(("p", 2), PROMPTS[2], 1, params, index=2)
+    with pytest.raises(RuntimeError, match="in flight"):
+        engine.generate(PROMPTS[:1], [1], params)
+    first = engine.wait()
+    assert first and all(len(rs) == [3, 2, 4, 1][k[1]] for k, rs in first)
+    # a request submitted while the others decode
+    engine.submit(("p", 1), PROMPTS[1], 2, params, index=1)
+    got = dict(first)
+    while True:
+        done = engine.wait()
+        if not done:
+            break
+        got.update(done)
+        assert [k for k, _ in done] == sorted((k for k, _ in done), key=[("p", 2), ("p", 0), ("p", 3), ("p", 1)].index)
+    assert sorted(got) == [("p", i) for i in range(4)]
+    for i in range(4):
+        assert ids_of([got[("p", i)]]) == ids_of([batch[i]])
+        for a, b in zip(got[("p", i)], batch[i]):
+            np.testing.assert_allclose(a.logprobs, b.logprobs, rtol=0, atol=ATOL)
+    # greedy requests are repeated as generate repeats them
+    engine.submit("g", PROMPTS[0], 3, SamplingParams(temperature=0, max_new_tokens=6))
+    ((key, rs),) = engine.wait()
+    assert key == "g" and len(rs) == 3 and len({tuple(r.completion_ids) for r in rs}) == 1
+
+
+@needs_vllm_cpu
+def test_streamed_completion_order_is_the_same_for_a_seed(served):
+    # groups complete at engine steps, not wall-clock: the same submits give the same groups at the same waits
+    engine, _, _, _ = served
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=11)
+
+    def trace():
+        for i, prompt in enumerate(PROMPTS):
+            engine.submit(i, prompt, 3, params, index=i)
+        waits = []
+        while True:
+            done = engine.wait()
+            if not done:
+                return waits
+            waits.append([(k, [r.completion_ids for r in rs]) for k, rs in done])
+            if len(waits) == 1:
+                engine.submit("late", PROMPTS[0], 2, params, index=7)
+
+    first = trace()
+    assert len(first) > 1  # the requests did not all complete at one step
+    assert trace() == first
+
+
+@needs_vllm_cpu
 def test_sync_weights_after_an_optimizer_step(served, tiny_tokenizer):
     """After one AdamW step of the transformers model, vLLM's log-probs equal the *updated* model's."""
     engine, served_model, _, _ = served

@@ -40,7 +40,9 @@ __all__ = [
     "LossConfig",
     "METHOD_SECTIONS",
     "SAMPLERS",
+    "PLANNERS",
     "SharpenConfig",
+    "StreamConfig",
     "TREE_DIVERGENCES",
     "TreePOConfig",
     "check_knobs",
@@ -54,6 +56,7 @@ ALLOC_MODES = ("proportional", "greedy")
 ICL_TRAIN_PROMPTS = ("original", "icl")
 ICL_NOVELTY = ("train", "sample", "exclude")
 SAMPLERS = ("independent", "tree")
+PLANNERS = ("rounds", "streaming")
 
 
 @dataclass
@@ -128,6 +131,21 @@ class ICLPromptConfig:
     icl_min_similarity: float = 0.0
     """Neighbours below this cosine similarity are not used as ICL examples; with none left the prompt stays
     zero-shot."""
+
+
+@dataclass
+class StreamConfig:
+    """When the planning rounds are planned (the trainer's ``rollout`` section holds these; docs/methods.md,
+    "Streaming rollout planning"). They change when rollouts are generated, not the method's equations."""
+
+    planner: str = "rounds"
+    """rounds (Algorithm 1: each planning round waits for every prompt's rollouts of the round before) or streaming
+    (beyond the paper: a prompt's next round is planned as soon as its group completes, with the prompts that
+    completed with it, while other requests still decode; needs an engine that streams: rollout.engine=vllm)."""
+    stream_quorum: float = 0.5
+    """streaming: the share of the step's prompts that must be ready for a round before that round's wave is
+    planned (their even shares of the round's budget split by Pi_q among them); the last prompts of a round are
+    planned whenever nothing else decodes. 1 plans every round over all prompts at once (rounds' allocation)."""
 
 
 @dataclass
@@ -306,6 +324,13 @@ def _icl_prompt(o: Any, where: str) -> None:
     _check_number(o, where, "icl_min_similarity", 0)
 
 
+def _stream(o: Any, where: str) -> None:
+    _check_choice(o, where, "planner", PLANNERS)
+    _check_number(o, where, "stream_quorum", 0, strict=True, finite=True)
+    if o.stream_quorum > 1:
+        _fail(where, "stream_quorum", "must be in (0, 1] (a share of the step's prompts)", o.stream_quorum)
+
+
 def _sharpen(o: Any, where: str) -> None:
     _check_choice(o, where, "icl_novelty", ICL_NOVELTY)
     _check_number(o, where, "lam_nov", 0)
@@ -341,6 +366,7 @@ _SECTION_CHECKS = {
     AllocationConfig: _allocation,
     ICLConfig: _icl,
     ICLPromptConfig: _icl_prompt,
+    StreamConfig: _stream,
     SharpenConfig: _sharpen,
     BatchConfig: _batch,
     TreePOConfig: _treepo,

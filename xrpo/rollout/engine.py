@@ -21,12 +21,20 @@ give the same ids back (byte-level BPE merges across the boundary), so neither t
 be the ones the policy produced; with ids, a continuation is exactly the concatenation of its segments. Both backends
 implement it; an engine may reuse the computation of prompts it has seen (vLLM's prefix cache,
 `HFEngine.reuse_prefixes`), never changing what is sampled.
+
+Streaming (`StreamingEngine`, used by the streaming planner, `xrpo.rollout.streaming`): ``submit`` queues one request
+of ``n`` completions while others decode, ``wait`` returns the requests that completed since the last call. What a
+request draws depends on its prompt, ``n``, ``params`` and ``index`` only (the position the prompt would have in a
+`generate` call with the same params), never on what else is in flight or on the order requests complete in; and
+completion is counted in engine steps, not wall-clock time, so the same submits and waits on a deterministic engine
+return the same groups at the same waits. vLLM implements it on its engine loop (`VLLMEngine`); `BatchStream` gives
+any other engine the interface, generating everything submitted at the next ``wait`` (one batch, no overlap).
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -35,8 +43,11 @@ __all__ = [
     "FinishReason",
     "SamplingParams",
     "Rollout",
+    "BatchStream",
     "RolloutEngine",
+    "StreamingEngine",
     "TokenPromptEngine",
+    "as_stream",
     "validate_generate_args",
     "validate_generate_ids_args",
     "find_stop",
@@ -154,6 +165,71 @@ class TokenPromptEngine(RolloutEngine, Protocol):
         """As `generate`, with each prompt given as its token ids (used as they are: no special tokens added).
         `Rollout.prompt_ids` is the given list."""
         ...
+
+
+@runtime_checkable
+class StreamingEngine(RolloutEngine, Protocol):
+    """A `RolloutEngine` that admits requests while others decode (see the module docstring, "Streaming")."""
+
+    def submit(self, key: Hashable, prompt: str, n: int, params: SamplingParams, *, index: int = 0) -> None:
+        """Queue ``n`` completions of ``prompt`` under ``key`` (unique among the requests in flight). They are the
+        completions `generate` would draw for ``prompts[index]`` with the same ``params`` (with a seed, the same
+        per-request seed), whatever else is in flight."""
+        ...
+
+    def wait(self) -> list[tuple[Hashable, list[Rollout]]]:
+        """Run the engine until at least one request in flight has all its completions; return every request that
+        completed since the last call as ``(key, rollouts)``, in the order they were submitted. ``[]`` when nothing
+        is in flight."""
+        ...
+
+
+class BatchStream:
+    """The streaming interface over an engine that cannot stream: everything submitted is generated at the next
+    `wait`, one `generate` call per distinct `SamplingParams` (prompts at their ``index``, count 0 elsewhere, in
+    order of first submission), so every request completes at once. Two requests of the same params and index go
+    to separate calls, in submission order."""
+
+    def __init__(self, engine: RolloutEngine):
+        self.engine = engine
+        self._pending: list[tuple[Hashable, str, int, SamplingParams, int]] = []
+
+    def submit(self, key: Hashable, prompt: str, n: int, params: SamplingParams, *, index: int = 0) -> None:
+        if not _is_int(n) or n < 1:
+            raise ValueError(f"n: expected an int >= 1, got {n!r}")
+        if not _is_int(index) or index < 0:
+            raise ValueError(f"index: expected an int >= 0, got {index!r}")
+        if any(k == key for k, *_ in self._pending):
+            raise ValueError(f"key {key!r} is already in flight")
+        self._pending.append((key, prompt, int(n), params, int(index)))
+
+    def wait(self) -> list[tuple[Hashable, list[Rollout]]]:
+        pending, self._pending = self._pending, []
+        got: dict[int, list[Rollout]] = {}
+        calls: list[tuple[SamplingParams, dict[int, int]]] = []  # (params, index -> position in pending)
+        for pos, (_, _, _, params, index) in enumerate(pending):
+            call = next((c for c in calls if c[0] == params and index not in c[1]), None)
+            if call is None:
+                call = (params, {})
+                calls.append(call)
+            call[1][index] = pos
+        for params, slots in calls:
+            size = max(slots) + 1
+            prompts, counts = [""] * size, [0] * size
+            for index, pos in slots.items():
+                prompts[index], counts[index] = pending[pos][1], pending[pos][2]
+            outs = self.engine.generate(prompts, counts, params)
+            for index, pos in slots.items():
+                got[pos] = outs[index]
+        return [(pending[pos][0], got[pos]) for pos in range(len(pending))]
+
+    def sync_weights(self, model) -> None:
+        self.engine.sync_weights(model)
+
+
+def as_stream(engine: RolloutEngine):
+    """``engine`` itself where it streams (`StreamingEngine`), else a `BatchStream` over it."""
+    return engine if isinstance(engine, StreamingEngine) else BatchStream(engine)
 
 
 def validate_generate_ids_args(prompt_ids, counts, params) -> tuple[list[list[int]], list[int]]:

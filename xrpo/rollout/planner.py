@@ -32,6 +32,8 @@ Deviations from the paper, all documented here:
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from xrpo.algo.config import (
     ICLConfig,
     ICLPromptConfig,
     SharpenConfig,
+    StreamConfig,
     check_knobs,
 )
 from xrpo.algo.tree import TreeStructure
@@ -55,7 +58,7 @@ from xrpo.rollout.prompts import PromptRenderer
 
 
 @dataclass
-class PlanConfig(SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig, AdvantageConfig):
+class PlanConfig(StreamConfig, SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig, AdvantageConfig):
     """What one step of rollouts looks like: the knob sections of `xrpo.algo.config` (the trainer's ``method`` and
     ``rollout`` fields of the same names) and the step's budget. ``allocation="cures"``: the caller chooses each
     prompt's count (``counts=``), generated in one batch without planning rounds."""
@@ -116,6 +119,148 @@ def _is_nonuniform(alloc: np.ndarray, budget: int) -> bool:
     return spread > (0 if budget % max(alloc.size, 1) == 0 else 1)
 
 
+def round_sampling(sampling: SamplingParams, rnd: int) -> SamplingParams:
+    """The sampling parameters of planning round (or wave) ``rnd``: round 0 (the base rollouts, GRPO's one batch)
+    samples with ``sampling``; a later round with a seed of its own, drawn from (seed, rnd). With one seed for every
+    round, an engine that seeds each prompt's request from (seed, prompt index) (vLLM) would draw a prompt's extra
+    rollouts as copies of its base rollouts."""
+    if rnd == 0 or sampling.seed is None:
+        return sampling
+    return dataclasses.replace(sampling, seed=random.Random(f"xrpo-round:{sampling.seed}:{rnd}").getrandbits(31))
+
+
+class StepRollouts:
+    """The rollouts of one step as they arrive, whatever schedule generates them (`generate_rollouts`' rounds, the
+    streaming planner's waves, `xrpo.rollout.streaming`): records, rewards per prompt, ICL prompts, timings."""
+
+    def __init__(self, problems: Sequence[Problem], verifier, renderer: PromptRenderer, cfg: PlanConfig, corpus=None):
+        self.problems, self.verifier, self.renderer, self.cfg, self.corpus = problems, verifier, renderer, cfg, corpus
+        self.P = len(problems)
+        self.timings = {"time/generate": 0.0, "time/verify": 0.0, "time/plan": 0.0, "time/retrieve": 0.0}
+        self.records: list[RolloutRecord] = []
+        self.by_prompt: list[list[float]] = [[] for _ in range(self.P)]
+        self.plain = [renderer.render(p) for p in problems]
+        self.refs = [p.answer for p in problems]
+        self.ids = [p.id for p in problems]
+        self.plain_ids: list[list[int] | None] = [None] * self.P
+
+    def add(self, groups: Sequence[tuple[int, Sequence, int, bool]]) -> list[RolloutRecord]:
+        """Record and verify ``(prompt q, rollouts, round, seeded)`` groups; returns their new records."""
+        new: list[RolloutRecord] = []
+        for q, rollouts, rnd, seeded in groups:
+            for r in rollouts:
+                if not seeded and self.plain_ids[q] is None:
+                    self.plain_ids[q] = list(r.prompt_ids)
+                new.append(
+                    RolloutRecord(
+                        problem_index=q,
+                        group_id=q,
+                        round=rnd,
+                        seeded=seeded,
+                        gen_prompt_ids=list(r.prompt_ids),
+                        train_prompt_ids=list(r.prompt_ids),
+                        completion_ids=list(r.completion_ids),
+                        logprobs=list(r.logprobs),
+                        finish_reason=r.finish_reason,
+                        text=r.text,
+                    )
+                )
+        t0 = time.perf_counter()
+        results = self.verifier.verify_batch([x.text for x in new], [self.refs[x.problem_index] for x in new])
+        self.timings["time/verify"] += time.perf_counter() - t0
+        for x, res in zip(new, results):
+            x.reward, x.answer, x.verify_reason = float(res.score), res.answer, res.reason
+            self.by_prompt[x.problem_index].append(x.reward)
+        self.records.extend(new)
+        return new
+
+    def solved(self, q: int) -> bool:
+        return any(r >= self.cfg.full_reward for r in self.by_prompt[q])
+
+    def allocate(self, members: Sequence[int], budget: int) -> np.ndarray:
+        """Algorithm 1 line 7 over the prompts ``members``: ``budget`` extra rollouts by Pi_q (hrp) or evenly."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        if cfg.allocation == "hrp":
+            alloc = allocate_round(
+                [np.asarray(self.by_prompt[q]) for q in members],
+                budget,
+                alpha=cfg.alpha,
+                lam=cfg.lam,
+                max_per_prompt=cfg.max_extra_per_prompt,
+                mode=cfg.alloc_mode,
+            )
+        else:
+            alloc = split_budget(np.zeros(len(members)), budget, max_per_prompt=cfg.max_extra_per_prompt)
+        self.timings["time/plan"] += time.perf_counter() - t0
+        return alloc
+
+    def prompts_for(self, members: Sequence[int], alloc: Sequence[int]) -> tuple[list[str], list[bool], int, int]:
+        """Algorithm 1 lines 8-12 for ``members`` with extra rollouts ``alloc``: the prompt each draws from (its ICL
+        prompt if it has no success so far and the corpus has examples for it), whether it is seeded, and the ICL
+        examples truncated / dropped to fit the prompt budget."""
+        cfg = self.cfg
+        prompts, seeded, truncated, dropped = [self.plain[q] for q in members], [False] * len(members), 0, 0
+        if cfg.icl and self.corpus is not None and len(self.corpus) > 0:
+            # Alg. 1 line 9-10: acc_q = 1{exists a correct rollout}; unsolved prompts get their ICL prompt
+            unsolved = [j for j, q in enumerate(members) if alloc[j] > 0 and not self.solved(q)]
+            if unsolved:
+                t0 = time.perf_counter()
+                found = self.corpus.retrieve_many(
+                    [self.problems[members[j]].id for j in unsolved],
+                    [self.problems[members[j]].text for j in unsolved],
+                    k=cfg.icl_k,
+                    min_similarity=cfg.icl_min_similarity,
+                )
+                for j, examples in zip(unsolved, found):
+                    if examples:
+                        icl = self.renderer.render_icl(self.problems[members[j]], examples)
+                        dropped += icl.dropped
+                        if icl.num_examples > 0:
+                            prompts[j], seeded[j] = icl.text, True
+                            truncated += icl.truncated
+                self.timings["time/retrieve"] += time.perf_counter() - t0
+        return prompts, seeded, truncated, dropped
+
+    def successes(self, new: Sequence[RolloutRecord]) -> list[int]:
+        """Correct rollouts per prompt among ``new``: with "problems" this lets rounds.jsonl readers recover
+        per-prompt success rates (`xrpo simulate --rounds-file`)."""
+        out = [0] * self.P
+        for x in new:
+            out[x.problem_index] += int(x.reward >= self.cfg.full_reward)
+        return out
+
+    def entry(self, rnd: int, alloc: Sequence[int], new: Sequence[RolloutRecord], **extra) -> dict:
+        """The ``PlanResult.rounds`` entry of round ``rnd`` (alloc per prompt, its rollouts ``new``)."""
+        return {
+            "round": rnd,
+            "alloc": [int(a) for a in alloc],
+            "seeded": [],
+            "flips": 0,
+            "truncated": 0,
+            **extra,
+            "problems": self.ids,
+            "successes": self.successes(new),
+        }
+
+    def result(self, rounds: list[dict]) -> PlanResult:
+        """The step's `PlanResult` (records in the order they were added), training prompts set."""
+        # every prompt had plain rollouts in round 0 unless its base allocation was 0 (possible only in the
+        # single-batch path with fewer rollouts than prompts); tokenise the plain prompt there
+        for q in range(self.P):
+            if self.plain_ids[q] is None:
+                self.plain_ids[q] = list(self.renderer.tokenizer(self.plain[q], add_special_tokens=False)["input_ids"])
+        if self.cfg.icl_train_prompt == "original":
+            for x in self.records:
+                x.train_prompt_ids = list(self.plain_ids[x.problem_index])
+        rewards = np.array([x.reward for x in self.records], dtype=np.float64)
+        group_ids = np.array([x.group_id for x in self.records], dtype=np.int64)
+        result = PlanResult(records=self.records, rewards=rewards, group_ids=group_ids, rounds=rounds)
+        result.metrics.update(self.timings)
+        result.metrics.update(rollout_metrics(result, self.P, full_reward=self.cfg.full_reward))
+        return result
+
+
 def generate_rollouts(
     problems: Sequence[Problem],
     engine: RolloutEngine,
@@ -131,6 +276,7 @@ def generate_rollouts(
 
     With ``cfg.allocation == "cures"``, ``counts[q]`` rollouts of prompt q (integers >= 0 summing to
     ``cfg.rollouts_per_step``) are generated in one batch instead; ``counts`` is an error with any other allocation.
+    With ``cfg.planner == "streaming"`` the rounds are planned as groups complete (`xrpo.rollout.streaming`).
     """
     P = len(problems)
     if P == 0:
@@ -145,172 +291,62 @@ def generate_rollouts(
             raise ValueError(f"counts sum to {sum(fixed)}, not rollouts_per_step={cfg.rollouts_per_step}")
     elif counts is not None:
         raise ValueError(f"counts is only used with allocation='cures', not {cfg.allocation!r}")
-    timings = {"time/generate": 0.0, "time/verify": 0.0, "time/plan": 0.0, "time/retrieve": 0.0}
-    records: list[RolloutRecord] = []
-    by_prompt: list[list[float]] = [[] for _ in range(P)]
-    plain = [renderer.render(p) for p in problems]
-    refs = [p.answer for p in problems]
-    plain_ids: list[list[int] | None] = [None] * P
+    one_batch = cfg.allocation == "cures" or (cfg.allocation == "uniform" and not cfg.icl)
+    if cfg.planner == "streaming" and not one_batch:
+        from xrpo.rollout.streaming import generate_rollouts_streaming
 
-    def run(prompts: list[str], counts: list[int], seeded: list[bool], rnd: int) -> None:
-        t0 = time.perf_counter()
-        outs = engine.generate(prompts, counts, sampling)
-        timings["time/generate"] += time.perf_counter() - t0
-        new: list[RolloutRecord] = []
-        for q, rollouts in enumerate(outs):
-            for r in rollouts:
-                if not seeded[q] and plain_ids[q] is None:
-                    plain_ids[q] = list(r.prompt_ids)
-                new.append(
-                    RolloutRecord(
-                        problem_index=q,
-                        group_id=q,
-                        round=rnd,
-                        seeded=seeded[q],
-                        gen_prompt_ids=list(r.prompt_ids),
-                        train_prompt_ids=list(r.prompt_ids),
-                        completion_ids=list(r.completion_ids),
-                        logprobs=list(r.logprobs),
-                        finish_reason=r.finish_reason,
-                        text=r.text,
-                    )
-                )
-        t0 = time.perf_counter()
-        results = verifier.verify_batch([x.text for x in new], [refs[x.problem_index] for x in new])
-        timings["time/verify"] += time.perf_counter() - t0
-        for x, res in zip(new, results):
-            x.reward, x.answer, x.verify_reason = float(res.score), res.answer, res.reason
-            by_prompt[x.problem_index].append(x.reward)
-        records.extend(new)
-
+        return generate_rollouts_streaming(problems, engine, verifier, renderer, cfg, sampling, corpus=corpus)
+    step = StepRollouts(problems, verifier, renderer, cfg, corpus)
     rounds: list[dict] = []
-    not_seeded = [False] * P
-    ids = [p.id for p in problems]
 
-    def successes_since(n_before: list[int]) -> list[int]:
-        # correct rollouts per prompt in the round just run: with "problems" this lets rounds.jsonl readers recover
-        # per-prompt success rates (`xrpo simulate --rounds-file`)
-        return [sum(1 for r in by_prompt[q][n_before[q] :] if r >= cfg.full_reward) for q in range(P)]
-
-    if cfg.allocation != "cures":  # the caller's counts have no phases (and need not cover n_base per prompt)
+    def run(prompts: list[str], counts: list[int], seeded: list[bool], rnd: int) -> list[RolloutRecord]:
         t0 = time.perf_counter()
-        phases = plan_phases(P, cfg.rollouts_per_step, cfg.n_base, cfg.plan_rounds)
-        timings["time/plan"] += time.perf_counter() - t0
-        round_budgets = list(phases.round_budgets)
+        outs = engine.generate(prompts, counts, round_sampling(sampling, rnd))
+        step.timings["time/generate"] += time.perf_counter() - t0
+        return step.add([(q, rollouts, rnd, seeded[q]) for q, rollouts in enumerate(outs)])
 
-    if cfg.allocation == "cures":
-        # one batch of the caller's counts; the problem ids make the caller's choice of prompts visible in rounds.jsonl
-        run(plain, fixed, not_seeded, 0)
-        rounds.append(
-            {
-                "round": 0,
-                "alloc": fixed,
-                "seeded": [],
-                "flips": 0,
-                "truncated": 0,
-                "problems": ids,
-                "successes": successes_since([0] * P),
-            }
-        )
-    elif cfg.allocation == "uniform" and not cfg.icl:
-        # nothing to plan: one batch, the whole budget split evenly (GRPO)
-        alloc = split_budget(np.zeros(P), cfg.rollouts_per_step)
-        run(plain, [int(a) for a in alloc], not_seeded, 0)
-        rounds.append(
-            {
-                "round": 0,
-                "alloc": alloc.tolist(),
-                "seeded": [],
-                "flips": 0,
-                "truncated": 0,
-                "problems": ids,
-                "successes": successes_since([0] * P),
-            }
-        )
-    else:
-        run(plain, [cfg.n_base] * P, not_seeded, 0)
-        rounds.append(
-            {
-                "round": 0,
-                "alloc": [cfg.n_base] * P,
-                "seeded": [],
-                "flips": 0,
-                "truncated": 0,
-                "problems": ids,
-                "successes": successes_since([0] * P),
-            }
-        )
-        for t, budget in enumerate(round_budgets, start=1):
-            if budget == 0:
-                continue
-            t0 = time.perf_counter()
-            if cfg.allocation == "hrp":
-                alloc = allocate_round(
-                    [np.asarray(r) for r in by_prompt],
-                    budget,
-                    alpha=cfg.alpha,
-                    lam=cfg.lam,
-                    max_per_prompt=cfg.max_extra_per_prompt,
-                    mode=cfg.alloc_mode,
-                )
-            else:
-                alloc = split_budget(np.zeros(P), budget, max_per_prompt=cfg.max_extra_per_prompt)
-            timings["time/plan"] += time.perf_counter() - t0
+    if one_batch:
+        # nothing to plan: one batch, the caller's counts (cures; the problem ids make the caller's choice of prompts
+        # visible in rounds.jsonl) or the whole budget split evenly (GRPO)
+        alloc = fixed if cfg.allocation == "cures" else split_budget(np.zeros(P), cfg.rollouts_per_step).tolist()
+        new = run(step.plain, [int(a) for a in alloc], [False] * P, 0)
+        rounds.append(step.entry(0, alloc, new))
+        return step.result(rounds)
 
-            prompts, seeded, truncated, dropped = list(plain), [False] * P, 0, 0
-            if cfg.icl and corpus is not None and len(corpus) > 0:
-                # Alg. 1 line 9-10: acc_q = 1{exists a correct rollout}; unsolved prompts get their ICL prompt
-                unsolved = [q for q in range(P) if alloc[q] > 0 and not any(r >= cfg.full_reward for r in by_prompt[q])]
-                if unsolved:
-                    t0 = time.perf_counter()
-                    found = corpus.retrieve_many(
-                        [problems[q].id for q in unsolved],
-                        [problems[q].text for q in unsolved],
-                        k=cfg.icl_k,
-                        min_similarity=cfg.icl_min_similarity,
-                    )
-                    for q, examples in zip(unsolved, found):
-                        if examples:
-                            icl = renderer.render_icl(problems[q], examples)
-                            dropped += icl.dropped
-                            if icl.num_examples > 0:
-                                prompts[q], seeded[q] = icl.text, True
-                                truncated += icl.truncated
-                    timings["time/retrieve"] += time.perf_counter() - t0
-            n_before = [len(r) for r in by_prompt]
-            run(prompts, [int(a) for a in alloc], seeded, t)
-            seeded_idx = [q for q in range(P) if seeded[q]]
-            successes = successes_since(n_before)
-            flips = sum(1 for q in seeded_idx if successes[q] > 0)
-            rounds.append(
-                {
-                    "round": t,
-                    "alloc": [int(a) for a in alloc],
-                    "seeded": seeded_idx,
-                    "flips": flips,
-                    "truncated": truncated,
-                    "dropped": dropped,
-                    "nonuniform": _is_nonuniform(np.asarray(alloc), budget),
-                    "problems": ids,
-                    "successes": successes,
-                }
-            )
+    t0 = time.perf_counter()
+    phases = plan_phases(P, cfg.rollouts_per_step, cfg.n_base, cfg.plan_rounds)
+    step.timings["time/plan"] += time.perf_counter() - t0
+    new = run(step.plain, [cfg.n_base] * P, [False] * P, 0)
+    rounds.append(step.entry(0, [cfg.n_base] * P, new))
+    everyone = list(range(P))
+    for t, budget in enumerate(phases.round_budgets, start=1):
+        if budget == 0:
+            continue
+        alloc = step.allocate(everyone, budget)
+        prompts, seeded, truncated, dropped = step.prompts_for(everyone, alloc)
+        new = run(prompts, [int(a) for a in alloc], seeded, t)
+        rounds.append(wave_entry(step, t, everyone, alloc, seeded, new, truncated, dropped, budget))
+    return step.result(rounds)
 
-    # every prompt had plain rollouts in round 0 unless its base allocation was 0 (possible only in the
-    # single-batch path with fewer rollouts than prompts); tokenise the plain prompt there
-    for q in range(P):
-        if plain_ids[q] is None:
-            plain_ids[q] = list(renderer.tokenizer(plain[q], add_special_tokens=False)["input_ids"])
-    if cfg.icl_train_prompt == "original":
-        for x in records:
-            x.train_prompt_ids = list(plain_ids[x.problem_index])
 
-    rewards = np.array([x.reward for x in records], dtype=np.float64)
-    group_ids = np.array([x.group_id for x in records], dtype=np.int64)
-    result = PlanResult(records=records, rewards=rewards, group_ids=group_ids, rounds=rounds)
-    result.metrics.update(timings)
-    result.metrics.update(rollout_metrics(result, P, full_reward=cfg.full_reward))
-    return result
+def wave_entry(step: StepRollouts, rnd: int, members, alloc, seeded, new, truncated: int, dropped: int, budget: int):
+    """The rounds entry of a planning round or wave: ``alloc[j]`` extra rollouts of prompt ``members[j]``, ``new``
+    the records they produced."""
+    full = [0] * step.P
+    for q, a in zip(members, alloc):
+        full[q] = int(a)
+    seeded_idx = [q for q, s in zip(members, seeded) if s]
+    successes = step.successes(new)
+    return step.entry(
+        rnd,
+        full,
+        new,
+        seeded=seeded_idx,
+        flips=sum(1 for q in seeded_idx if successes[q] > 0),
+        truncated=truncated,
+        dropped=dropped,
+        nonuniform=_is_nonuniform(np.asarray(alloc), budget),
+    )
 
 
 def rollout_metrics(result: PlanResult, num_prompts: int, full_reward: float = 1.0) -> dict[str, float]:
@@ -324,7 +360,10 @@ def rollout_metrics(result: PlanResult, num_prompts: int, full_reward: float = 1
         r = rewards[result.group_ids == q]
         zero_var += int(r.size > 0 and np.all(r == r[0]))
     planned = [r for r in result.rounds if r["round"] > 0]
-    extras = np.array([a for r in planned for a in r["alloc"]], dtype=np.float64)
+    # a streaming wave plans some prompts ("members"); a round plans all
+    extras = np.array(
+        [r["alloc"][q] for r in planned for q in r.get("members", range(len(r["alloc"])))], dtype=np.float64
+    )
     seeded = sum(len(r["seeded"]) for r in planned)
     flips = sum(r["flips"] for r in planned)
     m = {

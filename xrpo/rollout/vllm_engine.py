@@ -17,6 +17,11 @@ How the contract maps onto vLLM:
   engines see identical prompt tokens. `generate_ids` takes the token ids directly (the TreePO sampler continues
   paths segment by segment this way); vLLM's automatic prefix caching (on by default in the V1 engine) then reuses
   the KV blocks of the prefix every continuation shares with earlier requests.
+- Streaming (`submit` / `wait`, the streaming planner's interface): a request goes onto the V1 engine loop with
+  `llm_engine.add_request` (output kind FINAL_ONLY, its seed from (seed, index) as in `generate`) and `wait` calls
+  `llm_engine.step()` until one completes, so new requests join the running batch at the next step. In-process
+  engine core: a step's outcome depends on the requests and the model only, so completions come back at the same
+  waits for a seed. `generate` refuses to run while streamed requests are in flight (it would collect them).
 - Finish reasons: vLLM says "length" (max_tokens) or "stop" with `stop_reason` None (the tokenizer's EOS), a token id
   (another EOS id, passed as `stop_token_ids`) or the stop string. The EOS token is kept in `token_ids` by vLLM, as the
   contract wants; text is decoded here, cut after the stop string (`include_stop_str_in_output=True`).
@@ -315,6 +320,11 @@ class VLLMEngine:
                     os.environ[k] = v
             saved.restore()
         self._SamplingParams = vllm.SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        self._final_only = RequestOutputKind.FINAL_ONLY
+        self._stream: dict[str, tuple] = {}
+        self._stream_counter = 0
 
         if eos_token_ids is None:
             eos: list[int] = []
@@ -411,43 +421,95 @@ class VLLMEngine:
         needed = [i for i, c in enumerate(counts) if c > 0]
         if not needed:
             return results
+        if self._stream:
+            raise RuntimeError(f"{len(self._stream)} streamed requests are in flight; wait() for them first")
         requests, sampling = [], []
         for i in needed:
-            ids = prompt_ids[i]
-            if self.max_model_len is not None and len(ids) + params.max_new_tokens > self.max_model_len:
-                raise ValueError(
-                    f"{what}[{i}]: {len(ids)} prompt tokens + max_new_tokens={params.max_new_tokens} exceed vLLM's "
-                    f"max_model_len of {self.max_model_len}"
-                )
-            # a TokensPrompt is a TypedDict; a plain dict avoids its import path, which moved between versions
-            requests.append({"prompt_token_ids": list(ids)})
-            sampling.append(
-                self._SamplingParams(
-                    # vLLM refuses n > 1 with greedy decoding: one request, its rollout repeated below
-                    n=1 if params.greedy else counts[i],
-                    temperature=params.temperature,
-                    top_p=params.top_p,
-                    max_tokens=params.max_new_tokens,
-                    stop=list(params.stop) or None,
-                    stop_token_ids=self.eos_token_ids,
-                    include_stop_str_in_output=True,
-                    seed=None if params.seed is None else _request_seed(params.seed, i),
-                    logprobs=0,
-                    skip_special_tokens=True,
-                )
-            )
+            requests.append(self._request(prompt_ids[i], what, i, params))
+            sampling.append(self._vllm_params(params, counts[i], i))
         with self._seeded_call(params.seed):
             outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         if len(outputs) != len(needed):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(needed)} requests")
         for i, out in zip(needed, outputs):
-            for completion in sorted(out.outputs, key=lambda c: c.index):
-                results[i].append(self._to_rollout(list(prompt_ids[i]), completion, params))
-            if params.greedy and len(results[i]) == 1:
-                results[i] = [results[i][0]] + [dataclasses.replace(results[i][0]) for _ in range(counts[i] - 1)]
-            if len(results[i]) != counts[i]:
-                raise RuntimeError(f"vLLM returned {len(results[i])} completions for {what}[{i}], expected {counts[i]}")
+            results[i] = self._rollouts(list(prompt_ids[i]), out, counts[i], params, f"{what}[{i}]")
         return results
+
+    def _request(self, ids: list[int], what: str, i: int, params: SamplingParams) -> dict:
+        if self.max_model_len is not None and len(ids) + params.max_new_tokens > self.max_model_len:
+            raise ValueError(
+                f"{what}[{i}]: {len(ids)} prompt tokens + max_new_tokens={params.max_new_tokens} exceed vLLM's "
+                f"max_model_len of {self.max_model_len}"
+            )
+        # a TokensPrompt is a TypedDict; a plain dict avoids its import path, which moved between versions
+        return {"prompt_token_ids": list(ids)}
+
+    def _vllm_params(self, params: SamplingParams, count: int, index: int):
+        """vLLM's sampling parameters for ``count`` completions of the prompt at position ``index`` of a call."""
+        return self._SamplingParams(
+            # vLLM refuses n > 1 with greedy decoding: one request, its rollout repeated by `_rollouts`
+            n=1 if params.greedy else count,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_new_tokens,
+            stop=list(params.stop) or None,
+            stop_token_ids=self.eos_token_ids,
+            include_stop_str_in_output=True,
+            seed=None if params.seed is None else _request_seed(params.seed, index),
+            logprobs=0,
+            skip_special_tokens=True,
+        )
+
+    def _rollouts(self, prompt_ids: list[int], out, count: int, params: SamplingParams, what: str) -> list[Rollout]:
+        got = [self._to_rollout(prompt_ids, c, params) for c in sorted(out.outputs, key=lambda c: c.index)]
+        if params.greedy and len(got) == 1:
+            got = [got[0]] + [dataclasses.replace(got[0]) for _ in range(count - 1)]
+        if len(got) != count:
+            raise RuntimeError(f"vLLM returned {len(got)} completions for {what}, expected {count}")
+        return got
+
+    # ------------------------------------------------------------------------------------------------------------
+    def submit(self, key, prompt: str, n: int, params: SamplingParams, *, index: int = 0) -> None:
+        """Queue ``n`` completions of ``prompt`` on vLLM's engine loop while other requests decode
+        (`xrpo.rollout.engine.StreamingEngine`): the request `generate` would make for ``prompts[index]``."""
+        prompts, counts = validate_generate_args([prompt], [n], params)
+        if counts[0] < 1:
+            raise ValueError(f"n: expected an int >= 1, got {n!r}")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"index: expected an int >= 0, got {index!r}")
+        if any(entry[0] == key for entry in self._stream.values()):
+            raise ValueError(f"key {key!r} is already in flight")
+        ids = list(self.tokenizer(prompts[0], add_special_tokens=False)["input_ids"])
+        if not ids:
+            raise ValueError("prompt: encodes to no tokens; expected a non-empty prompt")
+        request = self._request(ids, "prompt", index, params)
+        sampling = self._vllm_params(params, counts[0], index)
+        # the engine reports a request once, when all its completions are done (what LLM.generate asks for too)
+        sampling.output_kind = self._final_only
+        # the request id orders the requests: vLLM appends a random suffix internally, the outputs carry this one
+        request_id = f"xrpo-stream-{self._stream_counter}"
+        self._stream_counter += 1
+        self.llm.llm_engine.add_request(request_id, request, sampling)
+        self._stream[request_id] = (key, ids, counts[0], params)
+
+    def wait(self) -> list:
+        """Step vLLM's engine until a streamed request completes; every request completed since the last call, as
+        ``(key, rollouts)`` in submission order (`xrpo.rollout.engine.StreamingEngine`)."""
+        if not self._stream:
+            return []
+        engine = self.llm.llm_engine
+        finished = []
+        seeds = {entry[3].seed for entry in self._stream.values()}
+        with self._seeded_call(next(iter(seeds)) if None not in seeds else None):
+            while not finished:
+                if not engine.has_unfinished_requests():
+                    raise RuntimeError(f"vLLM has no unfinished requests, but {len(self._stream)} are in flight")
+                finished.extend(o for o in engine.step() if o.finished and o.request_id in self._stream)
+        done = []
+        for out in sorted(finished, key=lambda o: int(o.request_id.rsplit("-", 1)[1])):
+            key, ids, count, params = self._stream.pop(out.request_id)
+            done.append((key, self._rollouts(ids, out, count, params, f"request {key!r}")))
+        return done
 
     @contextlib.contextmanager
     def _seeded_call(self, seed: int | None):

@@ -33,6 +33,7 @@ from xrpo.algo.config import (
     ICLPromptConfig,
     LossConfig,
     SharpenConfig,
+    StreamConfig,
     TreePOConfig,
     check_knobs,
 )
@@ -103,7 +104,7 @@ class MethodConfig(
 
 
 @dataclass
-class RolloutConfig(ICLPromptConfig):
+class RolloutConfig(StreamConfig, ICLPromptConfig):
     prompts_per_step: int = 16
     """Prompts per training step (paper: batch size 16)."""
     rollouts_per_step: int = 128
@@ -266,6 +267,21 @@ class TrainConfig:
         _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]", r.top_p)
         _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
         _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)
+        if r.planner == "streaming":
+            _check(
+                r.engine == "vllm",
+                "rollout.planner",
+                "must be rounds with rollout.engine=hf (the hf engine generates a call as one batch and cannot admit "
+                "requests while others decode, so streaming would only repeat rounds; use rollout.engine=vllm)",
+                r.planner,
+            )
+            _check(
+                m.sampler == "independent" and m.allocation != "cures",
+                "rollout.planner",
+                "must be rounds with method.sampler=tree or method.allocation=cures (they generate each step in one "
+                "batch, with no planning rounds to stream)",
+                r.planner,
+            )
         _check(
             r.vllm_dtype in ("auto", "float32", "bfloat16", "float16"),
             "rollout.vllm_dtype",

@@ -46,6 +46,7 @@ from xrpo.algo.config import (
     ICLConfig,
     ICLPromptConfig,
     SharpenConfig,
+    StreamConfig,
     section_values,
 )
 from xrpo.algo.losses import get_policy_loss
@@ -88,7 +89,7 @@ def plan_config(cfg: TrainConfig) -> PlanConfig:
     return PlanConfig(
         rollouts_per_step=cfg.rollout.rollouts_per_step,
         **section_values(cfg.method, AdvantageConfig, AllocationConfig, ICLConfig, SharpenConfig),
-        **section_values(cfg.rollout, ICLPromptConfig),
+        **section_values(cfg.rollout, ICLPromptConfig, StreamConfig),
     )
 
 
