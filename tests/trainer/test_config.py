@@ -53,6 +53,7 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
     for section in knobs.METHOD_SECTIONS:
         assert issubclass(MethodConfig, section)
     assert issubclass(RolloutConfig, knobs.ICLPromptConfig) and issubclass(TreeConfig, knobs.TreePOConfig)
+    assert issubclass(RolloutConfig, knobs.StreamConfig) and issubclass(PlanConfig, knobs.StreamConfig)
     for section in (
         knobs.AdvantageConfig,
         knobs.AllocationConfig,
@@ -73,6 +74,7 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
             "method.full_reward=0.9",
             "rollout.icl_min_similarity=0.2",
             "rollout.icl_train_prompt=icl",
+            "rollout.stream_quorum=0.75",
             "method.adv_scale=none",
             "method.tree_max_depth=3",
         ],
@@ -87,6 +89,7 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
         0.9,
     )
     assert (p.icl_min_similarity, p.icl_train_prompt, p.adv_scale, p.icl) == (0.2, "icl", "none", False)
+    assert (p.planner, p.stream_quorum) == ("rounds", 0.75)
     ctx = SourceContext(
         problems=[],
         engine=None,
@@ -154,6 +157,17 @@ def test_round_trip():
         ("optim.schedule=linear", "optim.schedule must be constant or cosine"),
         ("data.prompt_template=no placeholder", "must contain {prompt}"),
         ("novalue", "not of the form key=value"),
+        ("rollout.planner=stream", "rollout.planner must be one of rounds or streaming"),
+        (
+            "rollout.planner=streaming",
+            r"rollout.planner must be rounds with rollout.engine=hf .*use rollout.engine=vllm",
+        ),
+        ("rollout.stream_quorum=0", "rollout.stream_quorum must be a finite number > 0"),
+        ("rollout.stream_quorum=1.5", r"rollout.stream_quorum must be in \(0, 1\]"),
+        (
+            "rollout.planner=streaming & rollout.engine=vllm & method.name=treepo",
+            "rollout.planner must be rounds with method.sampler=tree",
+        ),
     ],
 )
 def test_bad_values_name_the_field(override, match):

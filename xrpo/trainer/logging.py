@@ -331,7 +331,8 @@ class RunLogger:
         if self._tb is not None:
             import numpy as np
 
-            extra = [a for r in rounds if r["round"] > 0 for a in r["alloc"]]
+            # a streaming wave plans some prompts ("members"), a round all of them
+            extra = [r["alloc"][q] for r in rounds if r["round"] > 0 for q in r.get("members", range(len(r["alloc"])))]
             if extra:
                 self._tb.add_histogram("alloc/extra_per_prompt", np.asarray(extra), step)
 
