@@ -1,17 +1,25 @@
 """Per-step wall time of XRPO against GRPO at the same rollout budget on the default task, measured in one process.
 
-Each method trains from the same cached default model for a block of steps; blocks alternate (xrpo, grpo, xrpo, ...)
-so that load on a shared machine hits both alike. Reported: median step time and its split into generate / plan /
-retrieve / verify / old log-probs / update, and the xrpo / grpo ratio (paper, §4.2: 1.047).
+Each arm trains from the same cached default model for a block of steps; blocks alternate (xrpo, grpo, xrpo, ...)
+so that load on a shared machine hits every arm alike. Reported: median step time and its split into generate / plan /
+retrieve / verify / old log-probs / update, each arm's ratio to grpo (paper, §4.2: 1.047), and the allocation
+figures of the XRPO arms (issue #20: streaming against rounds).
 
-    python benchmarks/bench_step.py                 # 3 blocks x 10 steps per method
+Arms: ``grpo``, ``xrpo`` (Algorithm 1's rounds) and ``xrpo-streaming`` (``rollout.planner=streaming``, which needs
+``--engine vllm``).
+
+    python benchmarks/bench_step.py                 # 3 blocks x 10 steps, xrpo and grpo, hf engine
     python benchmarks/bench_step.py --blocks 1 --steps 4   # quick sanity run
+    python benchmarks/bench_step.py --engine vllm --arms xrpo-streaming xrpo grpo
+    python benchmarks/bench_step.py --engine vllm --arms xrpo-streaming xrpo grpo \\
+        --config configs/smollm2_arith_vllm.yaml   # SmolLM2-135M (its task and budget)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 from pathlib import Path
@@ -22,58 +30,100 @@ from xrpo.trainer.config import build_config
 from xrpo.trainer.loop import train
 
 PARTS = ["time/generate", "time/plan", "time/retrieve", "time/verify", "time/old_logprobs", "time/update"]
+ARMS = {
+    "grpo": ["method.name=grpo"],
+    "xrpo": ["method.name=xrpo"],
+    "xrpo-streaming": ["method.name=xrpo", "rollout.planner=streaming"],
+}
+QUALITY = [
+    "alloc/nonuniform_rounds",
+    "adv/nonzero_frac",
+    "icl/flips",
+    "icl/seeded_prompts",
+    "rollout/solved_prompt_frac",
+]
 
 
-def run_block(method: str, steps: int, seed: int, out: Path) -> list[dict]:
-    cfg = build_config(
-        None,
-        [
-            f"method.name={method}",
-            f"steps={steps}",
-            f"seed={seed}",
-            f"output={out}",
-            "eval_every=0",
-            "save_every=0",
-            "log_samples_every=0",
-            "progress=false",
-            "tensorboard=false",
-            "eval_samples=1",
-            "eval_k=[1]",
-            "data.n_heldout=8",
-        ],
-    )
-    train(cfg, log=lambda *_: None)
-    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+def run_block(arm: str, steps: int, seed: int, out: Path, config: str | None, extra: list[str]) -> list[dict]:
+    overrides = [
+        *ARMS[arm],
+        f"steps={steps}",
+        f"seed={seed}",
+        f"output={out}",
+        "eval_every=0",
+        "save_every=0",
+        "log_samples_every=0",
+        "progress=false",
+        "tensorboard=false",
+        "eval_samples=1",
+        "eval_k=[1]",
+    ]
+    if config is None:
+        overrides.append("data.n_heldout=8")
+    cfg = build_config(config, overrides + extra)
+    rows: list[dict] = []
+    train(cfg, log=lambda *_: None, on_step=lambda r: rows.append(report_row(r)))
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    for m, extra_m in zip(metrics, rows):
+        m.update(extra_m)
+    return metrics
+
+
+def report_row(report) -> dict:
+    """Figures the metrics rows lack: the share of rollouts whose advantage is non-zero."""
+    adv = report.plan.advantages
+    return {"adv/nonzero_frac": float(np.mean(np.abs(adv) > 1e-12)) if adv is not None and adv.size else 0.0}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=["xrpo", "grpo"])
+    ap.add_argument("--config", help="a training config (YAML) to start from instead of the defaults")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, every arm")
     args = ap.parse_args()
-    rows: dict[str, list[dict]] = {"xrpo": [], "grpo": []}
+    if "grpo" not in args.arms:
+        args.arms.append("grpo")
+    extra = [f"rollout.engine={args.engine}", *args.set]
+    if args.engine == "vllm" and not any(s.startswith("rollout.vllm_kv_cache_gib") for s in extra):
+        extra.append("rollout.vllm_kv_cache_gib=0.5")
+    rows: dict[str, list[dict]] = {a: [] for a in args.arms}
     with tempfile.TemporaryDirectory() as tmp:
         for b in range(args.blocks):
-            for method in ("xrpo", "grpo"):
-                got = run_block(method, args.steps, b, Path(tmp) / f"{method}-{b}")
-                rows[method].extend(got[1:])  # the first step of a block pays one-off warm-up costs
+            for arm in args.arms:
+                got = run_block(arm, args.steps, b, Path(tmp) / f"{arm}-{b}", args.config, extra)
+                rows[arm].extend(got[1:])  # the first step of a block pays one-off warm-up costs
     med = {
         m: {k: float(np.median([r.get(k, 0.0) for r in rs])) for k in PARTS + ["time/step"]} for m, rs in rows.items()
     }
+    n = len(rows["grpo"])
     print(
-        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}; "
-        f"{args.blocks} blocks x {args.steps} steps per method, median over {len(rows['xrpo'])} steps"
+        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.2f} at the end; engine {args.engine}; {args.blocks} blocks x {args.steps} steps per "
+        f"arm, median over {n} steps; config {args.config or 'default'} {' '.join(args.set)}"
     )
     print()
-    print("| method | step (s) | " + " | ".join(k.split("/")[1] for k in PARTS) + " |")
-    print("|---|---|" + "---|" * len(PARTS))
-    for m in ("xrpo", "grpo"):
-        print(f"| {m} | {med[m]['time/step']:.3f} | " + " | ".join(f"{med[m][k]:.3f}" for k in PARTS) + " |")
+    print("| arm | step (s) | " + " | ".join(k.split("/")[1] for k in PARTS) + " | step / grpo |")
+    print("|---|---|" + "---|" * len(PARTS) + "---|")
+    for m in args.arms:
+        ratio = med[m]["time/step"] / med["grpo"]["time/step"]
+        print(
+            f"| {m} | {med[m]['time/step']:.3f} | "
+            + " | ".join(f"{med[m][k]:.3f}" for k in PARTS)
+            + f" | {ratio:.3f} |"
+        )
     print()
-    ratio = med["xrpo"]["time/step"] / med["grpo"]["time/step"]
-    print(f"xrpo / grpo median step time: {ratio:.3f} (paper: 1.047)")
-    means = {m: float(np.mean([r["rollout/response_length_mean"] for r in rs])) for m, rs in rows.items()}
-    print(f"mean completion length: xrpo {means['xrpo']:.2f}, grpo {means['grpo']:.2f} tokens")
+    print("per-step means (± standard error over steps):")
+    print("| arm | " + " | ".join(QUALITY) + " | completion length |")
+    print("|---|" + "---|" * (len(QUALITY) + 1))
+    for m in args.arms:
+        cells = []
+        for k in QUALITY + ["rollout/response_length_mean"]:
+            x = np.array([r.get(k, 0.0) for r in rows[m]], dtype=float)
+            cells.append(f"{x.mean():.3f} ± {x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else 0.0:.3f}")
+        print(f"| {m} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -144,8 +144,8 @@ class StreamConfig:
     completed with it, while other requests still decode; needs an engine that streams: rollout.engine=vllm)."""
     stream_quorum: float = 0.5
     """streaming: the share of the step's prompts that must be ready for a round before that round's wave is
-    planned (their even shares of the round's budget split by Pi_q among them); the last prompts of a round are
-    planned whenever nothing else decodes. 1 plans every round over all prompts at once (rounds' allocation)."""
+    planned (their even shares of the round's budget split by Pi_q among them); a round's last prompts are planned
+    once all of them are ready. 1 plans every round over all prompts at once (rounds' allocation)."""
 
 
 @dataclass

@@ -7,7 +7,8 @@ decode (`xrpo.rollout.engine.StreamingEngine`: vLLM's engine loop)::
     submit        n_base rollouts of every prompt, all at once                                (Alg. 1 lines 2-4)
     on each wait  the groups that completed since the last wait are verified; each of their prompts becomes ready
                   for its next round t (a prompt given no extra rollouts in a wave is ready again at the next wait)
-    a wave        once ceil(stream_quorum * P) prompts are ready for round t, or nothing is decoding any more:
+    a wave        once ceil(stream_quorum * P) prompts are ready for round t, or all the prompts not yet planned
+                  for round t are ready, or nothing is decoding any more:
                   budget = the even shares of round t's budget of exactly those prompts; split over them by
                   Pi_q = Delta_q + phi_q (T = the wave's budget; allocate_round, as a round does)          (lines 5-7)
                   a member with no success so far draws from its ICL prompt, the others from q             (lines 8-12)
@@ -22,9 +23,9 @@ The rules, and how they keep Algorithm 1's intent (docs/methods.md, "Streaming r
       earlier waves), compared with the other members of the wave only: prompts that complete together compete for
       their pooled shares. The quorum bounds how small that competition gets; stream_quorum=1 makes every wave a
       round over all prompts (Algorithm 1's allocation, with the barrier).
-    - Stragglers: a prompt whose group is still decoding is never waited for by a wave below the quorum; when
-      nothing is decoding, the prompts ready for a round are planned whatever their number, so the last prompts of
-      a round are planned together, with their own shares. A prompt never loses its share for being late.
+    - Stragglers: a wave never waits for a prompt whose group is still decoding. The round's last prompts (fewer
+      than the quorum) are planned together once all of them are ready, with their own shares, or earlier if
+      nothing else is decoding. A prompt never loses its share for being late; it only competes with fewer.
     - ICL: as in rounds, a prompt with no correct rollout so far draws its wave's rollouts from its ICL prompt; that
       is known as soon as its base group completes, so seeded requests go in then.
     - Records: ``round`` is the wave number (0: base), waves numbered in the order they are planned; ``PlanResult
@@ -89,6 +90,7 @@ def generate_rollouts_streaming(
     in_flight: dict[tuple[int, int], tuple[int, bool]] = {}  # (prompt, round) -> (wave, seeded)
     waves: list[dict] = []  # per wave: what `wave_entry` needs
     waits = 0
+    planned_for = [0] * (last + 1)  # planned_for[t]: prompts planned for round t so far
 
     def submit(key: tuple[int, int], prompt: str, n: int, wave: int, seeded: bool) -> None:
         t0 = time.perf_counter()
@@ -139,7 +141,9 @@ def generate_rollouts_streaming(
         while planned:  # a wave with no budget moves its prompts on at once, which may make another wave
             planned = False
             for t in range(1, last + 1):
-                if ready[t] and (len(ready[t]) >= quorum or not in_flight):
+                # the quorum, or the round's last prompts all ready, or nothing left to wait for
+                if ready[t] and (len(ready[t]) >= min(quorum, P - planned_for[t]) or not in_flight):
+                    planned_for[t] += len(ready[t])
                     members, ready[t] = ready[t], []
                     plan(t, members)
                     planned = True
