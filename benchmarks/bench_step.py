@@ -26,22 +26,28 @@ from pathlib import Path
 
 import numpy as np
 
+import xrpo.trainer.loop as loop
+from xrpo.algo.simulate import step_latency
 from xrpo.trainer.config import build_config
-from xrpo.trainer.loop import train
 
 PARTS = ["time/generate", "time/plan", "time/retrieve", "time/verify", "time/old_logprobs", "time/update"]
 ARMS = {
     "grpo": ["method.name=grpo"],
     "xrpo": ["method.name=xrpo"],
     "xrpo-streaming": ["method.name=xrpo", "rollout.planner=streaming"],
+    # one planning round instead of the paper's two: a prompt's chain of dependent generations is 2 long, not 3
+    "xrpo-1round": ["method.name=xrpo", "method.plan_rounds=1"],
+    "xrpo-streaming-1round": ["method.name=xrpo", "rollout.planner=streaming", "method.plan_rounds=1"],
 }
 QUALITY = [
+    "alloc/rounds",
     "alloc/nonuniform_rounds",
     "adv/nonzero_frac",
     "icl/flips",
     "icl/seeded_prompts",
     "rollout/solved_prompt_frac",
 ]
+STEPS = ["engine/steps", "model/engine_steps", "model/engine_steps_rounds"]
 
 
 def run_block(arm: str, steps: int, seed: int, out: Path, config: str | None, extra: list[str]) -> list[dict]:
@@ -62,17 +68,59 @@ def run_block(arm: str, steps: int, seed: int, out: Path, config: str | None, ex
         overrides.append("data.n_heldout=8")
     cfg = build_config(config, overrides + extra)
     rows: list[dict] = []
-    train(cfg, log=lambda *_: None, on_step=lambda r: rows.append(report_row(r)))
+    loop.train(cfg, log=lambda *_: None, on_step=lambda r: rows.append(report_row(r)))
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     for m, extra_m in zip(metrics, rows):
         m.update(extra_m)
     return metrics
 
 
+ENGINE_STEPS = [0]  # vLLM engine steps so far (counted by `counting_build_engine`)
+
+
+def counting_build_engine(cfg, model, tokenizer, _real=loop.build_engine):
+    """The trainer's engine, with vLLM's engine steps counted (to compare with the engine-step latency model)."""
+    engine = _real(cfg, model, tokenizer)
+    if hasattr(engine, "llm"):
+        core, step = engine.llm.llm_engine, engine.llm.llm_engine.step
+
+        def counted():
+            ENGINE_STEPS[0] += 1
+            return step()
+
+        core.step = counted
+    return engine
+
+
+loop.build_engine = counting_build_engine
+
+
 def report_row(report) -> dict:
-    """Figures the metrics rows lack: the share of rollouts whose advantage is non-zero."""
-    adv = report.plan.advantages
-    return {"adv/nonzero_frac": float(np.mean(np.abs(adv) > 1e-12)) if adv is not None and adv.size else 0.0}
+    """Figures the metrics rows lack: the share of rollouts whose advantage is non-zero, the engine steps the step
+    took, and those `step_latency`'s model predicts from the step's rollout lengths (each arm under its own
+    schedule: one batch, rounds, or ideal streaming)."""
+    plan = report.plan
+    adv = plan.advantages
+    stage = {i: r.get("stage", r["round"]) for i, r in enumerate(plan.rounds)}
+    stages = sorted(set(stage.values()))
+    P = len(report.problems)
+    lengths = [[[] for _ in range(P)] for _ in stages]
+    for x in plan.records:
+        lengths[stages.index(stage[x.round])][x.problem_index].append(len(x.completion_ids))
+    model = step_latency(lengths)
+    streamed = any("members" in r for r in plan.rounds)
+    kind = "batch" if len(stages) == 1 else ("streaming" if streamed else "rounds")
+    row = {
+        "adv/nonzero_frac": float(np.mean(np.abs(adv) > 1e-12)) if adv is not None and adv.size else 0.0,
+        "model/engine_steps": model[f"steps_{kind}"],
+        "model/engine_steps_rounds": model["steps_rounds"],
+        "engine/steps": float(ENGINE_STEPS[0] - report_row.last),
+    }
+    report_row.last = ENGINE_STEPS[0]
+    return row
+
+
+report_row.last = 0
 
 
 def main() -> None:
@@ -124,6 +172,14 @@ def main() -> None:
             x = np.array([r.get(k, 0.0) for r in rows[m]], dtype=float)
             cells.append(f"{x.mean():.3f} ± {x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else 0.0:.3f}")
         print(f"| {m} | " + " | ".join(cells) + " |")
+    if args.engine == "vllm":
+        print()
+        print("engine steps per training step (vLLM's, measured; the engine-step model's for the arm's schedule, and")
+        print("for rounds on the same rollout lengths), median:")
+        print("| arm | " + " | ".join(STEPS) + " |")
+        print("|---|" + "---|" * len(STEPS))
+        for m in args.arms:
+            print(f"| {m} | " + " | ".join(f"{np.median([r[k] for r in rows[m]]):.1f}" for k in STEPS) + " |")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ __all__ = [
     "fit_success_rate_mixture",
     "fixed_outcome",
     "phase_latency",
+    "step_latency",
     "phased_step",
     "ratio_ci",
     "round_latency",
@@ -714,3 +715,52 @@ def _check_times(t0: float, dt: float) -> None:
         raise ValueError(f"t0 must be a finite number > 0, got {t0!r}")
     if not (math.isfinite(dt) and dt >= 0):
         raise ValueError(f"dt must be a finite number >= 0, got {dt!r}")
+
+
+def step_latency(group_lengths, step_cost: float = 1.0, token_cost: float = 0.0) -> dict[str, float]:
+    """Generation time of one step under an engine-step model, for one batch (GRPO), rounds (Algorithm 1) and
+    streaming planning (issue #20), from the lengths of the step's rollouts.
+
+    An engine decodes every admitted sequence one token per engine step, and a step costs ``step_cost`` plus
+    ``token_cost`` per sequence in it (concurrency unbounded: the regime of a small model, where the paper's m_p
+    does not bind). A group completes at its longest rollout. Then, with L[t][q] the lengths of prompt q's rollouts
+    in round t (round 0: base) and M[t][q] = max L[t][q] (0 for an empty group):
+
+        one batch   steps = max over every rollout of L
+        rounds      steps = sum_t max_q M[t][q]            (each round waits for its slowest group)
+        streaming   steps = max_q sum_t M[t][q]            (each prompt waits for its own groups only; the ideal
+                                                            streaming schedule: no quorum, planning takes no time)
+        time = step_cost * steps + token_cost * sum of every L      (the token work is the same for all three)
+
+    Streaming's steps lie between the two bounds max(one batch, max_q sum_t M) and rounds'; the chain of 1 + rounds
+    dependent groups per prompt stays. Vectorised over nothing: the inputs are one step's lengths.
+
+    Args:
+        group_lengths: ``group_lengths[t][q]``: sequence of the lengths (engine steps, >= 0 whole numbers) of prompt
+            q's rollouts in round t; every round lists the same prompts.
+        step_cost: cost of one engine step, >= 0.
+        token_cost: cost of one sequence in one engine step, >= 0.
+
+    Returns:
+        {"steps_batch", "steps_rounds", "steps_streaming", "time_batch", "time_rounds", "time_streaming"}.
+    """
+    if not (math.isfinite(step_cost) and step_cost >= 0 and math.isfinite(token_cost) and token_cost >= 0):
+        raise ValueError(f"step_cost and token_cost must be finite numbers >= 0, got {step_cost!r}, {token_cost!r}")
+    rounds = [[np.asarray(g, dtype=np.float64).reshape(-1) for g in r] for r in group_lengths]
+    if not rounds or any(len(r) != len(rounds[0]) for r in rounds) or not rounds[0]:
+        raise ValueError("group_lengths must list the same prompts (at least one) in every round")
+    for r in rounds:
+        for g in r:
+            if np.any(g < 0) or not np.all(g == np.round(g)):
+                raise ValueError(f"lengths must be whole numbers >= 0, got {g.tolist()!r}")
+    # M[t][q] = max L[t][q], 0 for an empty group
+    M = np.array([[g.max() if g.size else 0.0 for g in r] for r in rounds])
+    tokens = float(sum(g.sum() for r in rounds for g in r))
+    steps = {
+        "batch": float(M.max()),  # max over every rollout
+        "rounds": float(M.max(axis=1).sum()),  # sum_t max_q M[t][q]
+        "streaming": float(M.sum(axis=0).max()),  # max_q sum_t M[t][q]
+    }
+    out = {f"steps_{k}": v for k, v in steps.items()}
+    out.update({f"time_{k}": step_cost * v + token_cost * tokens for k, v in steps.items()})
+    return out
