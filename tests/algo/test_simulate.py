@@ -32,7 +32,9 @@ from xrpo.algo.simulate import (
     ratio_ci,
     round_latency,
     sample_mixture,
+    step_latency,
     step_metrics,
+    stream_latency,
     uniform_counts,
 )
 
@@ -461,6 +463,32 @@ def test_latency_limits():
     assert t1 == t2 == 120
     t1, t2 = round_latency(120, 120, 3, 1.0, 0.0)
     assert (t1, t2) == (1.0, 3.0)
+
+
+def test_stream_latency_hand():
+    # 64 + 32 + 32 at m_p = 24: slots kept full, ceil(128 / 24) = 6 waves of t0 = 2 (rounds: 7, plus 3 dt)
+    assert stream_latency([64, 32, 32], 24, 2.0) == 6 * 2.0
+    # m_p >= N: every round decodes at once, each prompt's 3 rounds still in sequence
+    assert stream_latency([64, 32, 32], 4096) == 3.0 == phase_latency([64, 32, 32], 4096)
+    # large batch on a small engine: one batch's time
+    assert stream_latency([64, 32, 32], 8) == phase_latency([128], 8) == 16.0
+    assert stream_latency([64, 0], 24) == 3.0  # an empty round is not run
+    with pytest.raises(ValueError, match="whole numbers"):
+        stream_latency([1.5], 2)
+
+
+def test_step_latency_hand():
+    # two prompts; base groups [3, 5] and [2, 2]; round 1: [4] and [6, 1]; round 2: [] and [2]
+    L = [[[3, 5], [2, 2]], [[4], [6, 1]], [[], [2]]]
+    out = step_latency(L, step_cost=1.0, token_cost=0.5)
+    # one batch: max of every length = 6; rounds: max(5, 2) + max(4, 6) + max(0, 2) = 5 + 6 + 2 = 13;
+    # streaming: max(5 + 4 + 0, 2 + 6 + 2) = max(9, 10) = 10; tokens = 8 + 4 + 4 + 7 + 2 = 25 -> + 12.5
+    assert (out["steps_batch"], out["steps_rounds"], out["steps_streaming"]) == (6.0, 13.0, 10.0)
+    assert (out["time_batch"], out["time_rounds"], out["time_streaming"]) == (18.5, 25.5, 22.5)
+    with pytest.raises(ValueError, match="same prompts"):
+        step_latency([[[1]], [[1], [2]]])
+    with pytest.raises(ValueError, match="whole numbers"):
+        step_latency([[[1.5]]])
 
 
 def test_phase_latency_hand():

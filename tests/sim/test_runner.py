@@ -251,6 +251,9 @@ def test_markdown_table_and_latency_rows():
         m = r["concurrency"]
         assert abs(r["paper_ratio"] - (128 + 3 * m - 3) / (128 + m - 1)) < 1e-12
     assert "| 4096 | 1 | 3 | 3.000 |" in md
+    # streaming: max(ceil(128 / m_p), 3): 128 at m_p = 1, 3 at 64 (chain-bound) and at 4096
+    assert [(r["T3"], r["stream_ratio"]) for r in lat] == [(128.0, 1.0), (3.0, 1.5), (3.0, 3.0)]
+    assert "| 64 | 2 | 3 | 1.500 | " in md and "| 3 | 1.500 |" in md
 
 
 def test_sweep_and_plots(tmp_path):

@@ -59,6 +59,7 @@ __all__ = [
     "fixed_outcome",
     "phase_latency",
     "step_latency",
+    "stream_latency",
     "phased_step",
     "ratio_ci",
     "round_latency",
@@ -708,6 +709,27 @@ def phase_latency(phase_sizes: Sequence[int], concurrency: int, t0: float = 1.0,
         raise ValueError(f"phase_sizes must be whole numbers >= 0, got {phase_sizes!r}")
     # sum over rounds of ceil(size / m_p) t0 + dt
     return float(sum(math.ceil(int(b) / m) * t0 + dt for b in sizes if b > 0))
+
+
+def stream_latency(phase_sizes: Sequence[int], concurrency: int, t0: float = 1.0) -> float:
+    """Step time of streaming planning (issue #20) in the paper's latency model: the ideal schedule's lower bound.
+
+    Without a barrier between rounds, a free slot of the engine takes any prompt's next rollout, so the slots stay
+    full (ceil(N / m_p) t0 in all) and planning happens while other rollouts decode (no dt); but each prompt's
+    rounds still follow one another, each taking t0, so the step takes at least n t0 for n non-empty rounds:
+
+        T3 = max(ceil(N / m_p), n) t0
+
+    T3 = T1 when N / m_p >= n (a large batch on a small engine: the barrier's whole cost is saved) and T3 = T2 - n dt
+    when m_p >= N (everything decodes at once: only the planning time is saved), the regime of a small model on a
+    CPU. Rollouts of unequal length are `step_latency`'s case."""
+    m = _int(concurrency, "concurrency", 1)
+    _check_times(t0, 0.0)
+    sizes = np.asarray(phase_sizes, dtype=np.float64)
+    if sizes.ndim != 1 or np.any(sizes < 0) or not np.all(sizes == np.round(sizes)):
+        raise ValueError(f"phase_sizes must be whole numbers >= 0, got {phase_sizes!r}")
+    # T3 = max(ceil(N / m_p), n) t0
+    return float(max(math.ceil(int(sizes.sum()) / m), int(np.count_nonzero(sizes))) * t0)
 
 
 def _check_times(t0: float, dt: float) -> None:
