@@ -182,6 +182,10 @@ def test_budget_spent_exactly_in_any_completion_order(script, quorum, verifier):
         assert w["successes"] == [sum(x.reward >= 1 for x in recs if x.problem_index == q) for q in range(P)]
     assert [x.round for x in res.records] == sorted(x.round for x in res.records)
     assert res.metrics["rollout/count"] == 128.0
+    # every rollout verified (the last round's in one batch at the end)
+    for x in res.records:
+        assert x.reward == (1.0 if x.text == f" \\boxed{{{probs[x.problem_index].answer}}}" else 0.0)
+        assert (x.answer, x.verify_reason) != (None, None)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

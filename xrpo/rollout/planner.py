@@ -143,9 +143,12 @@ class StepRollouts:
         self.refs = [p.answer for p in problems]
         self.ids = [p.id for p in problems]
         self.plain_ids: list[list[int] | None] = [None] * self.P
+        self.unverified: list[RolloutRecord] = []
 
-    def add(self, groups: Sequence[tuple[int, Sequence, int, bool]]) -> list[RolloutRecord]:
-        """Record and verify ``(prompt q, rollouts, round, seeded)`` groups; returns their new records."""
+    def add(self, groups: Sequence[tuple[int, Sequence, int, bool]], verify: bool = True) -> list[RolloutRecord]:
+        """Record ``(prompt q, rollouts, round, seeded)`` groups and verify them with every record not verified yet
+        (``verify=False`` leaves them for a later call: one verifier batch instead of many small ones); returns
+        their new records."""
         new: list[RolloutRecord] = []
         for q, rollouts, rnd, seeded in groups:
             for r in rollouts:
@@ -165,13 +168,16 @@ class StepRollouts:
                         text=r.text,
                     )
                 )
-        t0 = time.perf_counter()
-        results = self.verifier.verify_batch([x.text for x in new], [self.refs[x.problem_index] for x in new])
-        self.timings["time/verify"] += time.perf_counter() - t0
-        for x, res in zip(new, results):
-            x.reward, x.answer, x.verify_reason = float(res.score), res.answer, res.reason
-            self.by_prompt[x.problem_index].append(x.reward)
         self.records.extend(new)
+        self.unverified.extend(new)
+        if verify and self.unverified:
+            todo, self.unverified = self.unverified, []
+            t0 = time.perf_counter()
+            results = self.verifier.verify_batch([x.text for x in todo], [self.refs[x.problem_index] for x in todo])
+            self.timings["time/verify"] += time.perf_counter() - t0
+            for x, res in zip(todo, results):
+                x.reward, x.answer, x.verify_reason = float(res.score), res.answer, res.reason
+                self.by_prompt[x.problem_index].append(x.reward)
         return new
 
     def solved(self, q: int) -> bool:

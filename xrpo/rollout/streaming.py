@@ -132,7 +132,9 @@ def generate_rollouts_streaming(
         for key, rollouts in done:
             wave, seeded = in_flight.pop(key)
             groups.append((key[0], rollouts, wave, seeded))
-        step.add(groups)
+        # the last round's rewards plan nothing: verified in one batch with the last groups (each verifier call
+        # has a fixed cost, and a step has a dozen waits)
+        step.add(groups, verify=not in_flight or any(key[1] < last for key, _ in done))
         for q in [key[0] for key, _ in done] + held:
             if stage[q] < last:
                 ready[stage[q] + 1].append(q)
