@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from tests.rollout.test_planner import problems_and_rates, renderer, seeded_corpus
+from tests.rollout.test_planner import ScriptedPolicy, problems_and_rates, renderer, seeded_corpus
 from xrpo.rewards import get_verifier
 from xrpo.rollout.engine import BatchStream, Rollout, SamplingParams, StreamingEngine, as_stream
 from xrpo.rollout.planner import PlanConfig, generate_rollouts
@@ -21,22 +21,13 @@ from xrpo.rollout.streaming import quorum_size
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=8, seed=7)
 
 
-class SeededPolicy:
+class SeededPolicy(ScriptedPolicy):
     """A batch engine (``generate`` only): prompt q is answered right with probability p_plain[q] (p_icl[q] from an
     ICL prompt); completion j of the prompt at ``index`` draws from (seed, index, prompt, j)."""
 
     def __init__(self, problems, p_plain, p_icl):
-        self.by_prompt = {f"Q: {p.prompt}\nA:": i for i, p in enumerate(problems)}
-        self.problems, self.p_plain, self.p_icl = problems, p_plain, p_icl
+        super().__init__(problems, p_plain, p_icl)
         self.requests: list[tuple[int, int, bool]] = []  # (prompt index, n, icl) of every request made
-
-    def _problem(self, prompt: str) -> tuple[int, bool]:
-        if prompt in self.by_prompt:
-            return self.by_prompt[prompt], False
-        for text, i in self.by_prompt.items():
-            if prompt.endswith(text):  # an ICL (fewshot) prompt ends with the plain prompt
-                return i, True
-        raise AssertionError(f"unknown prompt {prompt!r}")
 
     def draw(self, prompt: str, n: int, params: SamplingParams, index: int) -> list[Rollout]:
         q, icl = self._problem(prompt)
@@ -62,9 +53,6 @@ class SeededPolicy:
 
     def generate(self, prompts, counts, params):
         return [self.draw(p, n, params, i) if n > 0 else [] for i, (p, n) in enumerate(zip(prompts, counts))]
-
-    def sync_weights(self, model):
-        pass
 
 
 class ScriptedStream(SeededPolicy):
