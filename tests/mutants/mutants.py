@@ -446,4 +446,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/trainer/test_cures.py::test_cures_two_steps",),
         "CurES never adds a step's rewards to its posterior",
     ),
+    Mutant(
+        "logprob-position-off-by-one",
+        "xrpo/trainer/logprobs.py",
+        "start = torch.tensor([len(p) - 1 for p in prompts])",
+        "start = torch.tensor([len(p) for p in prompts])",
+        ("tests/trainer/test_logprobs.py",),
+        "each completion token scored by the logit that follows it instead of the one that predicts it",
+    ),
+    Mutant(
+        "checkpoint-listed-without-its-marker",
+        "xrpo/trainer/checkpoint.py",
+        'and not p.name.endswith(".tmp") and (p / MARKER).exists()',
+        'and not p.name.endswith(".tmp")',
+        ("tests/trainer/test_checkpoint.py",),
+        "a checkpoint killed before its COMPLETE marker is listed and resumed from",
+    ),
 )

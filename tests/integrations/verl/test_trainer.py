@@ -34,7 +34,7 @@ PROMPTS = 4
 
 
 def _build(tmp_path, llama, *overrides, seed=0):
-    from .conftest import EVEN_VERIFIER, InProcessHandle, InProcessRolloutManager, TinyServer
+    from ..conftest import EVEN_VERIFIER, InProcessHandle, InProcessRolloutManager, TinyServer
 
     path, model = llama
     probs = [
