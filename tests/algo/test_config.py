@@ -12,7 +12,7 @@ from xrpo.algo.config import METHOD_SECTIONS, check_knobs, knob_names, section_v
 
 
 @dataclasses.dataclass
-class Everything(knobs.ICLPromptConfig, *reversed(METHOD_SECTIONS)):
+class Everything(knobs.CorpusConfig, knobs.ICLPromptConfig, *reversed(METHOD_SECTIONS)):
     """One object embedding every section, as verl's algorithm.xrpo block embeds its sections."""
 
 
@@ -20,7 +20,9 @@ def test_defaults_pass_and_every_knob_has_one_owner():
     check_knobs(Everything(), "method.")
     names = knob_names()
     assert len(names) == len(set(names))  # no knob declared in two sections
-    assert set(names) | set(knob_names((knobs.ICLPromptConfig,))) == {f.name for f in dataclasses.fields(Everything)}
+    assert set(names) | set(knob_names((knobs.ICLPromptConfig, knobs.CorpusConfig))) == {
+        f.name for f in dataclasses.fields(Everything)
+    }
     owners = {f.name: s.__name__ for s in METHOD_SECTIONS for f in dataclasses.fields(s)}
     assert owners["lam_nov"] == "SharpenConfig" and owners["n_base"] == "AllocationConfig"
     assert section_values(Everything(lam_nov=3.0), knobs.SharpenConfig)["lam_nov"] == 3.0
@@ -55,6 +57,8 @@ BAD = [
     ("tree_divergence_temp", 0.0, "must be > 0"),
     ("cures_prior_alpha", 0.0, "must be a finite number > 0"),
     ("cures_min_count", 1, "a group of one has no reward variance"),
+    ("embedder", "", "must name an embedder"),
+    ("corpus_max_per_problem", 0, "must be >= 1"),
 ]
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "AdvantageConfig",
     "AllocationConfig",
     "BatchConfig",
+    "CorpusConfig",
     "CuresConfig",
     "ICLConfig",
     "ICLPromptConfig",
@@ -128,6 +129,19 @@ class ICLPromptConfig:
     icl_min_similarity: float = 0.0
     """Neighbours below this cosine similarity are not used as ICL examples; with none left the prompt stays
     zero-shot."""
+
+
+@dataclass
+class CorpusConfig:
+    """The ICL corpus: how solutions are embedded and how many are kept (the trainer's ``rollout`` section and verl's
+    ``algorithm.xrpo`` block hold these)."""
+
+    embedder: str = "wordllama"
+    """Embedder for ICL retrieval (xrpo.icl.get_embedder): "wordllama" (offline default), "minilm", "hash" or a
+    sentence-transformers model such as the paper's Qwen/Qwen3-Embedding-8B."""
+    corpus_max_per_problem: int = 2
+    """Verified solutions kept per problem in the corpus: the shortest plus the most recent others
+    (xrpo.icl.ICLCorpus)."""
 
 
 @dataclass
@@ -306,6 +320,12 @@ def _icl_prompt(o: Any, where: str) -> None:
     _check_number(o, where, "icl_min_similarity", 0)
 
 
+def _corpus(o: Any, where: str) -> None:
+    if not isinstance(o.embedder, str) or not o.embedder:
+        _fail(where, "embedder", "must name an embedder (e.g. 'wordllama')", o.embedder)
+    _check_int(o, where, "corpus_max_per_problem", 1)
+
+
 def _sharpen(o: Any, where: str) -> None:
     _check_choice(o, where, "icl_novelty", ICL_NOVELTY)
     _check_number(o, where, "lam_nov", 0)
@@ -341,6 +361,7 @@ _SECTION_CHECKS = {
     AllocationConfig: _allocation,
     ICLConfig: _icl,
     ICLPromptConfig: _icl_prompt,
+    CorpusConfig: _corpus,
     SharpenConfig: _sharpen,
     BatchConfig: _batch,
     TreePOConfig: _treepo,
