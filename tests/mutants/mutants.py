@@ -277,15 +277,15 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "novelty-from-engine-logprobs",
-        "xrpo/rollout/planner.py",
+        "xrpo/rollout/advantages.py",
         "lps = list(token_logprobs) if token_logprobs is not None else [x.logprobs for x in recs]",
         "lps = [x.logprobs for x in recs]",
-        (PLANNER,),
+        ("tests/rollout/test_advantages.py",),
         "s(y) from the sampling prompt's log-probs whatever the caller passes",
     ),
     Mutant(
         "sharpen-one-group",
-        "xrpo/rollout/planner.py",
+        "xrpo/rollout/advantages.py",
         "scores[keep],\n            result.group_ids[keep],\n",
         "scores[keep],\n            np.zeros_like(result.group_ids[keep]),\n",
         (MECH,),
@@ -293,10 +293,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "blank-count-wrong",
-        "xrpo/rollout/planner.py",
+        "xrpo/rollout/corpus.py",
         '"icl/skipped_empty_solutions": float(len(correct) - len(good))',
         '"icl/skipped_empty_solutions": float(len(result.records) - len(good))',
-        (PLANNER,),
+        ("tests/rollout/test_corpus.py",),
         "skipped blank solutions counted against all rollouts",
     ),
     # ------------------------------------------------------------------------------------------ xrpo/trainer

@@ -54,7 +54,8 @@ from xrpo.integrations.verl.phases import (
     round_gen_batch,
     rows_sampled_as_trained,
 )
-from xrpo.rollout.planner import _is_nonuniform, rollout_metrics, update_corpus
+from xrpo.rollout.corpus import update_corpus
+from xrpo.rollout.planner import _is_nonuniform, rollout_metrics
 
 __all__ = ["CORPUS_DIR", "RayXRPOTrainer", "SEQ_MEAN_MODES", "minibatch_multiple", "pads_scale_the_loss"]
 
