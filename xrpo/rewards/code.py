@@ -8,8 +8,8 @@ Grading one completion against a reference:
 2. parse the reference (`parse_tests`, formats below) into stdin tests, function-call tests, or one HumanEval
    `check`. A reference that is not in one of these formats raises ValueError naming the batch index: a malformed
    dataset is an error, never a silent zero reward.
-3. run the program once per test in the sandbox (`xrpo.rewards.sandbox`, whose docstring lists what it guarantees
-   and what it does not), under a per-test and a per-program wall-clock limit.
+3. run the program once per test in the sandbox (`xrpo.sandbox.run_program`, whose module docstring lists what it
+   guarantees and what it does not), under a per-test and a per-program wall-clock limit.
 4. compare outside the sandbox (the program never sees an expected output). The rules an RL reward needs: an
    integer is right only when it is exactly the expected integer (a tolerance on integers rewards answers near
    1e9 that are off by hundreds); a tolerance applies only where the expected value is a real number; special
@@ -90,9 +90,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from xrpo.rewards._pool import default_workers
 from xrpo.rewards.registry import Verifier, VerifyResult, check_batch, register_verifier
-from xrpo.rewards.sandbox import ISOLATION, Limits, SandboxResult, TestOutcome, run_program
+from xrpo.sandbox import ISOLATION, Limits, SandboxResult, TestOutcome, default_workers, run_program
 
 __all__ = [
     "CodeVerifier",
@@ -188,7 +187,7 @@ class TestSpec:
     """The tests of one problem.
 
     Attributes:
-        mode: "stdin", "call" or "check" (see `xrpo.rewards.sandbox.run_program`).
+        mode: "stdin", "call" or "check" (see `xrpo.sandbox.run_program`).
         inputs: stdin strings, or argument lists, or ``[None]`` for check mode.
         expected: expected stdout strings, or expected values; ``[None]`` for check mode.
         fn_name: call mode: the function (or method of class Solution) to call.
@@ -657,7 +656,7 @@ def check_prelude(prompt: str | None) -> str | None:
 def check_undefined_names(check_code: str, prelude: str | None = None) -> list[str]:
     """Global names the HumanEval check code reads that neither it, the prelude (`check_prelude` of the problem's
     prompt, as `TestSpec.prelude` holds it) nor Python's builtins define; SyntaxError when either does not compile.
-    The check runs in a process without the program (xrpo.rewards.sandbox), so such a name would fail every
+    The check runs in a process without the program (xrpo.sandbox.programs), so such a name would fail every
     completion."""
     import builtins
     import symtable
@@ -698,7 +697,7 @@ class CodeVerifier(Verifier):
         compare: "tokens" (default) or "lines" (LiveCodeBench's exact rule) for stdin tests.
         float_tol: absolute-or-relative tolerance for real numbers.
         fields: column mapping for the reference (module docstring).
-        isolation: "auto", "strict" or "minimal" (`xrpo.rewards.sandbox.run_program`).
+        isolation: "auto", "strict" or "minimal" (`xrpo.sandbox.run_program`).
         stop_on_failure: stop a completion's tests at the first failure (faster; `fraction` is then a lower bound).
         max_output_mb: stdout read per test.
         max_processes: processes and threads per program.
