@@ -146,7 +146,7 @@ def main() -> None:
         med[f"tests{n}"] = statistics.median(ts) * 1000
     print(f"per extra test: {(med['tests21'] - med['tests1']) / 20:.1f} ms")
 
-    from xrpo.rewards.code import compare_stdout
+    from xrpo.rewards.code_compare import compare_stdout
 
     out = " ".join(map(str, range(10**6))) + "\n"
     want = "\n".join(map(str, range(10**6)))

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import MARK, assert_nothing_left_running, world_readable_file
 from xrpo.rewards import CodeVerifier, raise_reference_errors
-from xrpo.rewards.code import check_prelude, check_undefined_names
+from xrpo.rewards.code_formats import check_prelude, check_undefined_names
 from xrpo.sandbox import probe
 
 ADD = json.dumps([{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}])
@@ -225,7 +225,7 @@ def test_check_undefined_names():
 
 
 def test_prompt_prelude_is_derived_once_when_the_reference_is_parsed(verifier):
-    from xrpo.rewards.code import parse_tests
+    from xrpo.rewards.code_formats import parse_tests
 
     spec = parse_tests(CHECK)
     assert spec.prelude == "def double(x):\n    pass\n"  # the bare header gets a body, ready for the checker

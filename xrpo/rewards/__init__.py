@@ -6,7 +6,8 @@
 are `xrpo.sandbox`.
 """
 
-from xrpo.rewards.code import CodeVerifier, extract_code, parse_tests
+from xrpo.rewards.code import CodeVerifier, extract_code
+from xrpo.rewards.code_formats import parse_tests
 from xrpo.rewards.extract import extract_answer, normalize_answer
 from xrpo.rewards.math import MathVerifier
 from xrpo.rewards.registry import (
