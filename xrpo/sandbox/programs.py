@@ -1,6 +1,6 @@
 """Run untrusted Python programs against test inputs in a sandbox: one sandbox per program, one process per test.
 
-`run_program(code, mode, inputs, ...)` starts a fresh interpreter (the *boot*, `xrpo/rewards/_sandbox_boot.py`,
+`run_program(code, mode, inputs, ...)` starts a fresh interpreter (the *boot*, `xrpo/sandbox/_boot.py`,
 compiled once per caller process, run with `python -I -S -B`) in its own session, with a minimal environment and a
 fresh temporary working directory. The boot isolates itself as far as this machine allows (below), forks the
 *harness*, and waits. The harness compiles the
@@ -122,13 +122,13 @@ __all__ = ["Limits", "SandboxResult", "TestOutcome", "probe", "run_program"]
 MODES = ("stdin", "call", "check")
 TEST_STATUSES = ("ok", "runtime_error", "timeout", "memory", "output_limit", "not_run")
 ISOLATION = ("auto", "strict", "minimal")
-_BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_boot.py")
+_BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot.py")
 # The boot's code travels compiled, ahead of the job in the job file: compiling its source in every run cost about
 # ten milliseconds, a sixth of a small program's run. The loader needs nothing but builtins.
 _BOOT_LOADER = (
     "import marshal, os, sys\np = sys.argv[1]\nwith open(p, 'rb') as f:\n    code = marshal.load(f)\n"
     "    job = marshal.load(f)\nos.unlink(p)\n"
-    "g = {'__name__': '_sandbox_boot', '__file__': code.co_filename}\nexec(code, g)\ng['_boot'](job)\n"
+    "g = {'__name__': '_boot', '__file__': code.co_filename}\nexec(code, g)\ng['_boot'](job)\n"
 )
 
 
@@ -433,7 +433,7 @@ def _env(workdir: str) -> dict[str, str]:
 
 
 class _Frames:
-    """The harness's stream (format in `xrpo.rewards._sandbox_boot`), parsed as it arrives: a test's outcome goes to
+    """The harness's stream (format in `xrpo.sandbox._boot`), parsed as it arrives: a test's outcome goes to
     `on_test` as soon as its frame is complete, and the buffer never holds more than one frame (at most
     `max_frame` bytes), however many tests the program has."""
 
