@@ -51,13 +51,13 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/integrations/verl/test_config.py",),
         "the launcher: its config checks and composition are tested; the Ray run itself needs GPUs",
     ),
-    "xrpo/rewards/_sandbox_boot.py": (
-        ("tests/rewards/test_sandbox.py", "tests/rewards/test_code_adversarial.py"),
+    "xrpo/sandbox/_boot.py": (
+        ("tests/sandbox/test_programs.py", "tests/rewards/test_code_adversarial.py"),
         "runs inside the sandboxed child; tested through run_program and attack programs",
     ),
-    "xrpo/rewards/_worker.py": (
-        ("tests/rewards/test_pool.py", "tests/rewards/test_sandbox.py"),
-        "the pool's and the sandbox's child processes, tested through them",
+    "xrpo/sandbox/_pool_worker.py": (
+        ("tests/sandbox/test_pool.py",),
+        "the worker pool's child process, tested through the pool",
     ),
 }
 
