@@ -7,18 +7,12 @@ import numpy as np
 import pytest
 
 from xrpo.algo.advantages import group_advantages
-from xrpo.rewards import get_verifier
 from xrpo.rollout.advantages import compute_advantages
 from xrpo.rollout.planner import PlanConfig, generate_rollouts
 
 from ._fakes import SAMPLING, ScriptedPolicy, problems_and_rates, renderer
 from ._fakes import record as _record
 from ._fakes import result as _result
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    return get_verifier("math")
 
 
 def test_sharpening_uses_given_logprobs(verifier):

@@ -12,7 +12,6 @@ import pytest
 from xrpo.algo.advantages import group_advantages
 from xrpo.data import Problem
 from xrpo.icl import ICLCorpus, get_embedder
-from xrpo.rewards import get_verifier
 from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.planner import PlanConfig, generate_rollouts, plan_rollouts
 from xrpo.rollout.prompts import PromptRenderer
@@ -20,11 +19,6 @@ from xrpo.rollout.prompts import PromptRenderer
 from ._fakes import SAMPLING, CharTokenizer, ScriptedPolicy, problems_and_rates, renderer
 from ._fakes import record as _record
 from ._fakes import result as _result
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    return get_verifier("math")
 
 
 def test_budget_spent_exactly_and_groups_keep_their_prompt(verifier):
