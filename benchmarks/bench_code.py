@@ -1,4 +1,4 @@
-"""Throughput and overhead of the sandboxed code verifier (xrpo/rewards/code.py, xrpo/rewards/sandbox.py).
+"""Throughput and overhead of the sandboxed code verifier (xrpo/rewards/code.py, xrpo/sandbox/programs.py).
 
 1. verdicts per second for a batch of small programs (a mix of pass / fail / timeout), `--workers` sandboxes at once;
 2. overhead per program: one sandboxed run (start-up, isolation, harness, clean-up) against running the same program
@@ -26,7 +26,7 @@ import sys
 import time
 
 from xrpo.rewards import CodeVerifier
-from xrpo.rewards.sandbox import Limits, probe, run_program
+from xrpo.sandbox import Limits, probe, run_program
 
 PASS = "a, b = map(int, input().split())\nprint(a + b)"
 FAIL = "a, b = map(int, input().split())\nprint(a - b)"
@@ -146,7 +146,7 @@ def main() -> None:
         med[f"tests{n}"] = statistics.median(ts) * 1000
     print(f"per extra test: {(med['tests21'] - med['tests1']) / 20:.1f} ms")
 
-    from xrpo.rewards.code import compare_stdout
+    from xrpo.rewards.code_compare import compare_stdout
 
     out = " ".join(map(str, range(10**6))) + "\n"
     want = "\n".join(map(str, range(10**6)))

@@ -1,9 +1,17 @@
 """Shared fixtures: a tiny tokenizer and a tiny random Qwen2 model, built once per test session.
 
 Both are shared by every test that asks for them: do not modify them in place (deep-copy the model first).
+
+Shared helpers of the tests that start processes (tests/sandbox, and tests/rewards through the verifiers), imported as
+``from tests.conftest import ...`` (pytest has loaded this module under that name before any test module): `wait_gone`
+for worker pools, `MARK`, `assert_nothing_left_running` and `world_readable_file` for the sandbox.
 """
 
 from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +49,97 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+# ------------------------------------------------------------------ processes (tests/sandbox, tests/rewards)
+
+MARK = str(900000 + os.getpid() % 99999)  # a sleep duration that names this test session's stray processes
+
+
+def _stat(pid: str) -> tuple[int, int]:
+    """(parent pid, start time in clock ticks since boot) of a process, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[19])
+
+
+_SESSION_START = _stat(str(os.getpid()))[1]
+
+
+def _another_sessions(pid: str) -> bool:
+    """Whether a process belongs to other work on this shared machine (another pytest or training run grading code
+    at the same time): its ancestors lead to init without passing through this test session. An orphan (parent init)
+    is ours when it began during this session: a sandboxed process that escaped its run."""
+    me = os.getpid()
+    try:
+        parent, start = _stat(pid)
+        if parent == 1:
+            return start < _SESSION_START
+        while parent > 1:
+            if parent == me:
+                return False
+            parent = _stat(str(parent))[0]
+    except (OSError, ValueError, IndexError):
+        pass  # the process or an ancestor ended while we looked: not a survivor of ours
+    return True
+
+
+def sandbox_processes() -> list[str]:
+    """Processes of a dedicated sandbox uid, or sleeping for this session's marker, that this session started."""
+    from xrpo.sandbox import programs
+
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            uid = os.stat(f"/proc/{name}").st_uid
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        ours = MARK in cmd or (
+            programs._UID_BASE <= uid < programs._UID_BASE + programs._UID_SLOTS and not _another_sessions(name)
+        )
+        if ours:
+            found.append(f"{name} uid={uid} {cmd[:80]}")
+    return found
+
+
+def assert_nothing_left_running(grace: float = 5.0) -> None:
+    """No sandboxed process outlives its run (clean-up may take a moment after the verdict)."""
+    deadline = time.monotonic() + grace
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
+
+
+def world_readable_file(path: Path, text: str) -> Path:
+    """`path` holding `text`, readable by any user: the file and the directories above it (up to three levels)."""
+    path.write_text(text)
+    path.chmod(0o644)
+    for d in (path.parent, path.parent.parent, path.parent.parent.parent):
+        os.chmod(d, os.stat(d).st_mode | 0o055)
+    return path
+
+
+def wait_gone(pids, timeout=10.0):
+    """Return the pids still alive after up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.05)
+    return alive
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie child of ours (the template) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True

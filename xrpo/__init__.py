@@ -3,7 +3,8 @@
 Layout (dependencies point one way, top to bottom):
     xrpo.algo        pure math of the paper (allocation, advantages, losses, sampling, presets)
     xrpo.data        Problem records and dataset loaders
-    xrpo.rewards     verifier registry (math, ...)
+    xrpo.sandbox     process machinery: the sandbox for untrusted programs, worker pools with a time limit
+    xrpo.rewards     verifier registry (math, code, ...)
     xrpo.icl         evolving ICL corpus, embedders, vector index, prompt template
     xrpo.rollout     rollout engines and the XRPO planner (Algorithm 1)
     xrpo.trainer     the single-machine training loop

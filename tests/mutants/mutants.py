@@ -277,15 +277,15 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "novelty-from-engine-logprobs",
-        "xrpo/rollout/planner.py",
+        "xrpo/rollout/advantages.py",
         "lps = list(token_logprobs) if token_logprobs is not None else [x.logprobs for x in recs]",
         "lps = [x.logprobs for x in recs]",
-        (PLANNER,),
+        ("tests/rollout/test_advantages.py",),
         "s(y) from the sampling prompt's log-probs whatever the caller passes",
     ),
     Mutant(
         "sharpen-one-group",
-        "xrpo/rollout/planner.py",
+        "xrpo/rollout/advantages.py",
         "scores[keep],\n            result.group_ids[keep],\n",
         "scores[keep],\n            np.zeros_like(result.group_ids[keep]),\n",
         (MECH,),
@@ -293,10 +293,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "blank-count-wrong",
-        "xrpo/rollout/planner.py",
+        "xrpo/rollout/corpus.py",
         '"icl/skipped_empty_solutions": float(len(correct) - len(good))',
         '"icl/skipped_empty_solutions": float(len(result.records) - len(good))',
-        (PLANNER,),
+        ("tests/rollout/test_corpus.py",),
         "skipped blank solutions counted against all rollouts",
     ),
     # ------------------------------------------------------------------------------------------ xrpo/trainer
@@ -445,5 +445,21 @@ MUTANTS: tuple[Mutant, ...] = (
         'plan.metrics.update({"cures/successes": 0.0, "cures/trials": float(plan.rewards.size)})',
         ("tests/trainer/test_cures.py::test_cures_two_steps",),
         "CurES never adds a step's rewards to its posterior",
+    ),
+    Mutant(
+        "logprob-position-off-by-one",
+        "xrpo/trainer/logprobs.py",
+        "start = torch.tensor([len(p) - 1 for p in prompts])",
+        "start = torch.tensor([len(p) for p in prompts])",
+        ("tests/trainer/test_logprobs.py",),
+        "each completion token scored by the logit that follows it instead of the one that predicts it",
+    ),
+    Mutant(
+        "checkpoint-listed-without-its-marker",
+        "xrpo/trainer/checkpoint.py",
+        'and not p.name.endswith(".tmp") and (p / MARKER).exists()',
+        'and not p.name.endswith(".tmp")',
+        ("tests/trainer/test_checkpoint.py",),
+        "a checkpoint killed before its COMPLETE marker is listed and resumed from",
     ),
 )

@@ -31,7 +31,14 @@ def test_every_mutant_still_applies_to_the_code_and_compiles():
     assert len(names) == len(set(names)) and len(names) >= 25
     for m in rm.MUTANTS:
         assert m.path.startswith(
-            ("xrpo/algo/", "xrpo/rollout/planner.py", "xrpo/rollout/sources.py", "xrpo/trainer/")
+            (
+                "xrpo/algo/",
+                "xrpo/rollout/planner.py",
+                "xrpo/rollout/sources.py",
+                "xrpo/rollout/advantages.py",
+                "xrpo/rollout/corpus.py",
+                "xrpo/trainer/",
+            )
         ), m.name
         assert m.original != m.mutated and m.tests, m.name
         compile(rm.mutated_source(m), m.path, "exec")  # raises StaleMutant when the code moved on

@@ -1,7 +1,7 @@
 """The `code` verifier against hostile programs, end to end: every attack scores 0 with its reason recorded, and the
-machine, the caller and a bystander process are unharmed (xrpo/rewards/code.py over xrpo/rewards/sandbox.py).
+machine, the caller and a bystander process are unharmed (xrpo/rewards/code.py over xrpo/sandbox/programs.py).
 
-tests/rewards/test_sandbox.py checks the sandbox's layers one by one; here each attack goes through
+tests/sandbox/test_programs.py checks the sandbox's layers one by one; here each attack goes through
 `CodeVerifier.verify_batch`, the path training and evaluation take.
 """
 
@@ -17,11 +17,10 @@ import uuid
 
 import pytest
 
+from tests.conftest import MARK, assert_nothing_left_running, world_readable_file
 from xrpo.rewards import CodeVerifier, raise_reference_errors
-from xrpo.rewards.code import check_prelude, check_undefined_names
-from xrpo.rewards.sandbox import probe
-
-from .test_sandbox import MARK, assert_nothing_left_running, world_readable_file
+from xrpo.rewards.code_formats import check_prelude, check_undefined_names
+from xrpo.sandbox import probe
 
 ADD = json.dumps([{"input": "1 2\n", "output": "3\n"}, {"input": "40 2\n", "output": "42\n"}])
 CHECK = json.dumps(
@@ -226,7 +225,7 @@ def test_check_undefined_names():
 
 
 def test_prompt_prelude_is_derived_once_when_the_reference_is_parsed(verifier):
-    from xrpo.rewards.code import parse_tests
+    from xrpo.rewards.code_formats import parse_tests
 
     spec = parse_tests(CHECK)
     assert spec.prelude == "def double(x):\n    pass\n"  # the bare header gets a body, ready for the checker
@@ -400,7 +399,7 @@ def test_kernel_keyrings_are_out_of_reach(tmp_path):
         _KEYS
         + textwrap.dedent(f"""
         import json, textwrap
-        from xrpo.rewards.sandbox import Limits, run_program
+        from xrpo.sandbox import Limits, run_program
         assert libc.syscall(KEYCTL, 1, b"xrpo-test-session") >= 0, "KEYCTL_JOIN_SESSION_KEYRING"
         assert add_key(b"xrpo-secret", b"{token}", SESSION) >= 0
         L = Limits(timeout=5, sample_timeout=20, memory_mb=256)

@@ -15,14 +15,7 @@ from xrpo.rollout.cures import CuresState, warmup
 from xrpo.rollout.engine import Rollout, SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
 
-
-class CharTokenizer:
-    chat_template = None
-    pad_token_id = 0
-    eos_token_id = 1
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [ord(c) for c in text]}
+from ._fakes import CharTokenizer
 
 
 class RatePolicy:

@@ -12,93 +12,13 @@ import pytest
 from xrpo.algo.advantages import group_advantages
 from xrpo.data import Problem
 from xrpo.icl import ICLCorpus, get_embedder
-from xrpo.rewards import get_verifier
-from xrpo.rollout.engine import Rollout, SamplingParams
-from xrpo.rollout.planner import PlanConfig, compute_advantages, generate_rollouts, plan_rollouts
+from xrpo.rollout.engine import SamplingParams
+from xrpo.rollout.planner import PlanConfig, generate_rollouts, plan_rollouts
 from xrpo.rollout.prompts import PromptRenderer
 
-
-class CharTokenizer:
-    """Enough of a tokenizer for the renderer: one id per character."""
-
-    chat_template = None
-    pad_token_id = 0
-    eos_token_id = 1
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [ord(c) for c in text]}
-
-
-class ScriptedPolicy:
-    """Answers problem q correctly with probability p_plain[q] (p_icl[q] from an ICL prompt)."""
-
-    def __init__(self, problems, p_plain, p_icl, seed=0):
-        self.by_prompt = {f"Q: {p.prompt}\nA:": i for i, p in enumerate(problems)}
-        self.problems, self.p_plain, self.p_icl = problems, p_plain, p_icl
-        self.rng = np.random.default_rng(seed)
-        self.calls: list[tuple[list[str], list[int]]] = []
-
-    def _problem(self, prompt: str) -> tuple[int, bool]:
-        if prompt in self.by_prompt:
-            return self.by_prompt[prompt], False
-        # an ICL (fewshot) prompt ends with the plain prompt
-        for text, i in self.by_prompt.items():
-            if prompt.endswith(text):
-                return i, True
-        raise AssertionError(f"unknown prompt {prompt!r}")
-
-    def generate(self, prompts, counts, params):
-        self.calls.append((list(prompts), list(counts)))
-        out = []
-        for prompt, n in zip(prompts, counts):
-            q, icl = self._problem(prompt)
-            p = (self.p_icl if icl else self.p_plain)[q]
-            rs = []
-            for _ in range(n):
-                ok = self.rng.random() < p
-                ans = self.problems[q].answer if ok else "-1"
-                text = f" \\boxed{{{ans}}}"
-                ids = [ord(c) for c in text]
-                rs.append(
-                    Rollout(
-                        prompt_ids=[ord(c) for c in prompt],
-                        completion_ids=ids,
-                        logprobs=list(-0.1 - self.rng.random(len(ids))),
-                        finish_reason="eos",
-                        text=text,
-                    )
-                )
-            out.append(rs)
-        return out
-
-    def sync_weights(self, model):
-        pass
-
-
-def problems_and_rates():
-    probs = [Problem(id=f"p{i}", prompt=f"{i} + {i} = ?", answer=str(2 * i)) for i in range(16)]
-    # 4 always solved, 4 never solved (but solvable from an ICL prompt), 8 in between
-    p_plain = [1.0] * 4 + [0.0] * 4 + [0.5] * 8
-    p_icl = [1.0] * 4 + [0.6] * 4 + [0.5] * 8
-    return probs, p_plain, p_icl
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    return get_verifier("math")
-
-
-def renderer():
-    return PromptRenderer(
-        CharTokenizer(),
-        use_chat_template=False,
-        icl_style="fewshot",
-        prompt_template="Q: {prompt}\nA:",
-        fewshot_example="Q: {problem}\nA:{solution}",
-    )
-
-
-SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=8)
+from ._fakes import SAMPLING, CharTokenizer, ScriptedPolicy, problems_and_rates, renderer
+from ._fakes import record as _record
+from ._fakes import result as _result
 
 
 def test_budget_spent_exactly_and_groups_keep_their_prompt(verifier):
@@ -296,18 +216,6 @@ def test_advantages_and_corpus_update(verifier):
     assert len(corpus) == len(solved)
 
 
-def test_sharpening_uses_given_logprobs(verifier):
-    probs, pp, pi = problems_and_rates()
-    cfg = PlanConfig(rollouts_per_step=64, n_base=4, plan_rounds=0, icl=False, sharpen=True)
-    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
-    # equal log-probs everywhere -> eta = 1 for all -> no bonus
-    flat = [[-0.5] * len(x.completion_ids) for x in res.records]
-    compute_advantages(res, cfg, token_logprobs=flat)
-    np.testing.assert_allclose(res.advantages, group_advantages(res.rewards, res.group_ids))
-    with pytest.raises(ValueError, match="rows"):
-        compute_advantages(res, cfg, token_logprobs=flat[:-1])
-
-
 def test_bad_config():
     with pytest.raises(ValueError, match="n_base"):
         PlanConfig(n_base=1)
@@ -421,54 +329,6 @@ def test_fixed_counts_bad_input(verifier):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _record(q: int, reward: float, text: str, seeded: bool = False, lps=(-0.5,), gen=(1,), train=(1,)):
-    from xrpo.rollout.planner import RolloutRecord
-
-    return RolloutRecord(
-        problem_index=q,
-        group_id=q,
-        round=int(seeded),
-        seeded=seeded,
-        gen_prompt_ids=list(gen),
-        train_prompt_ids=list(train),
-        completion_ids=[7] * len(lps),
-        logprobs=list(lps),
-        finish_reason="eos",
-        text=text,
-        reward=reward,
-    )
-
-
-def _result(records):
-    from xrpo.rollout.planner import PlanResult
-
-    return PlanResult(
-        records=records,
-        rewards=np.array([x.reward for x in records]),
-        group_ids=np.array([x.group_id for x in records]),
-    )
-
-
-def test_update_corpus_skips_blank_correct_rollouts_and_counts_them():
-    from xrpo.rollout.planner import update_corpus
-
-    probs, _, _ = problems_and_rates()
-    corpus = ICLCorpus(get_embedder("hash"))
-    res = _result(
-        [
-            _record(0, 1.0, " \\boxed{0}"),
-            _record(0, 1.0, ""),
-            _record(1, 1.0, " \n"),
-            _record(1, 0.0, " \\boxed{5}"),
-            _record(2, 1.0, " \\boxed{4}"),
-        ]
-    )
-    m = update_corpus(res, probs, corpus, PlanConfig(), step=7)
-    assert m == {"icl/corpus_added": 2.0, "icl/skipped_empty_solutions": 2.0}
-    assert corpus.problem_ids() == ["p0", "p2"]
-    assert [s.solution for s in corpus.entry("p0")[1]] == [" \\boxed{0}"]
-
-
 def test_solved_prompt_frac_counts_rewards_at_or_above_full_reward():
     from xrpo.rollout.planner import rollout_metrics
 
@@ -504,50 +364,6 @@ def test_truncated_and_dropped_examples_mean_the_same_in_both_icl_styles():
             assert (icl.truncated, icl.dropped, icl.num_examples) == (0, 1, 1)
             assert icl.text == "Q: 8 + 8 = ?\nA: \\boxed{16}\nQ: 1 + 1 = ?\nA:"
         assert len(icl.text) <= 800
-
-
-def test_icl_novelty_chooses_the_prompt_seeded_rollouts_are_scored_under():
-    from xrpo.algo.advantages import length_normalized_loglik, sharpen_advantages
-
-    # group 0: two plain rollouts (one right) and two ICL-seeded ones, right, sampled from another prompt
-    recs = [
-        _record(0, 0.0, "a", lps=(-1.0, -1.0)),
-        _record(0, 1.0, "b", lps=(-1.2, -1.0)),
-        _record(0, 1.0, "c", seeded=True, lps=(-0.1, -0.1), gen=(5, 5, 1)),
-        _record(0, 1.0, "d", seeded=True, lps=(-0.2, -0.3), gen=(5, 5, 1)),
-    ]
-    train_lp = [[-1.0, -1.0], [-1.2, -1.0], [-3.0, -2.5], [-2.0, -2.6]]  # under the plain prompt: unlikely
-    gen_lp = [x.logprobs for x in recs]  # the engine's, under the prompt each was sampled from
-    rewards, groups = np.array([0.0, 1, 1, 1]), np.zeros(4, dtype=int)
-    base = group_advantages(rewards, groups)
-
-    def expect(lps, keep=slice(None)):
-        lp = np.array(lps)
-        out = base.copy()
-        out[keep], _ = sharpen_advantages(
-            base[keep], rewards[keep], length_normalized_loglik(lp, np.ones_like(lp, dtype=bool))[keep], groups[keep]
-        )
-        return out
-
-    got = {}
-    for mode in ("train", "sample", "exclude"):
-        res = _result(
-            [_record(x.problem_index, x.reward, x.text, x.seeded, x.logprobs, x.gen_prompt_ids) for x in recs]
-        )
-        compute_advantages(res, PlanConfig(icl_novelty=mode), token_logprobs=train_lp)
-        got[mode] = res
-    np.testing.assert_array_equal(got["train"].advantages, expect(train_lp))
-    np.testing.assert_array_equal(got["sample"].advantages, expect(train_lp[:2] + gen_lp[2:]))
-    np.testing.assert_array_equal(got["exclude"].advantages, expect(train_lp, keep=np.array([1, 1, 0, 0], bool)))
-    # under the plain prompt the seeded rollouts look novel and take the bonus; scored where they were sampled, or
-    # left out, they do not
-    assert got["train"].metrics["adv/sharpened_seeded_count"] == 2
-    assert got["sample"].metrics["adv/sharpened_seeded_count"] == 0
-    assert got["exclude"].metrics["adv/sharpened_seeded_count"] == 0
-    assert got["exclude"].advantages[2] == got["exclude"].advantages[3] == base[2]
-    assert all(r.metrics["adv/sharpen_eligible_seeded"] == 2 for r in got.values())
-    with pytest.raises(ValueError, match="icl_novelty must be one of"):
-        PlanConfig(icl_novelty="both")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -12,11 +12,12 @@ import hashlib
 import numpy as np
 import pytest
 
-from tests.rollout.test_planner import ScriptedPolicy, problems_and_rates, renderer, seeded_corpus
-from xrpo.rewards import get_verifier
 from xrpo.rollout.engine import BatchStream, Rollout, SamplingParams, StreamingEngine, as_stream
 from xrpo.rollout.planner import PlanConfig, generate_rollouts
 from xrpo.rollout.streaming import quorum_size
+
+from ._fakes import ScriptedPolicy, problems_and_rates, renderer
+from .test_planner import seeded_corpus
 
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=8, seed=7)
 
@@ -106,11 +107,6 @@ def ends_first(keys, w):
 
 
 SCRIPTS = [newest_first, oldest_first, random_subsets, prompt_zero_last, ends_first]
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    return get_verifier("math")
 
 
 def config(**kw):

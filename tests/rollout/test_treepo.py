@@ -15,9 +15,10 @@ import torch
 from xrpo.algo.tree import tree_advantages
 from xrpo.data import Problem
 from xrpo.rewards import get_verifier
+from xrpo.rollout.advantages import compute_advantages, tree_ancestor_ids
 from xrpo.rollout.engine import Rollout, SamplingParams
 from xrpo.rollout.hf_engine import HFEngine
-from xrpo.rollout.planner import PlanConfig, RolloutRecord, compute_advantages, tree_ancestor_ids
+from xrpo.rollout.planner import PlanConfig, RolloutRecord
 from xrpo.rollout.prompts import PromptRenderer
 from xrpo.rollout.treepo import TreeConfig, generate_tree_rollouts
 

@@ -30,6 +30,7 @@ __all__ = [
     "AdvantageConfig",
     "AllocationConfig",
     "BatchConfig",
+    "CorpusConfig",
     "CuresConfig",
     "ICLConfig",
     "ICLPromptConfig",
@@ -146,6 +147,19 @@ class StreamConfig:
     """streaming: the share of the step's prompts that must be ready for a round before that round's wave is
     planned (their even shares of the round's budget split by Pi_q among them); a round's last prompts are planned
     once all of them are ready. 1 plans every round over all prompts at once (rounds' allocation)."""
+
+
+@dataclass
+class CorpusConfig:
+    """The ICL corpus: how solutions are embedded and how many are kept (the trainer's ``rollout`` section and verl's
+    ``algorithm.xrpo`` block hold these)."""
+
+    embedder: str = "wordllama"
+    """Embedder for ICL retrieval (xrpo.icl.get_embedder): "wordllama" (offline default), "minilm", "hash" or a
+    sentence-transformers model such as the paper's Qwen/Qwen3-Embedding-8B."""
+    corpus_max_per_problem: int = 2
+    """Verified solutions kept per problem in the corpus: the shortest plus the most recent others
+    (xrpo.icl.ICLCorpus)."""
 
 
 @dataclass
@@ -331,6 +345,12 @@ def _stream(o: Any, where: str) -> None:
         _fail(where, "stream_quorum", "must be in (0, 1] (a share of the step's prompts)", o.stream_quorum)
 
 
+def _corpus(o: Any, where: str) -> None:
+    if not isinstance(o.embedder, str) or not o.embedder:
+        _fail(where, "embedder", "must name an embedder (e.g. 'wordllama')", o.embedder)
+    _check_int(o, where, "corpus_max_per_problem", 1)
+
+
 def _sharpen(o: Any, where: str) -> None:
     _check_choice(o, where, "icl_novelty", ICL_NOVELTY)
     _check_number(o, where, "lam_nov", 0)
@@ -367,6 +387,7 @@ _SECTION_CHECKS = {
     ICLConfig: _icl,
     ICLPromptConfig: _icl_prompt,
     StreamConfig: _stream,
+    CorpusConfig: _corpus,
     SharpenConfig: _sharpen,
     BatchConfig: _batch,
     TreePOConfig: _treepo,

@@ -1,50 +1,6 @@
 """Load `Problem`s from JSONL, JSON, parquet and Hugging Face `datasets` directories; save JSONL and verl parquet.
 
-Formats (``fmt``, else detected from the path):
-    ``jsonl``    one JSON object per line (``.jsonl``, ``.ndjson``); blank lines are skipped.
-    ``json``     one JSON list of objects (``.json``).
-    ``parquet``  a parquet file (``.parquet``, ``.pq``), read in batches with pyarrow; struct columns become dicts.
-    ``datasets`` a directory written by ``datasets.Dataset.save_to_disk`` (needs the ``datasets`` extra). A
-                 ``DatasetDict`` directory is refused with the list of its splits: pass the split's directory.
-
-Which fields are used (an explicit ``prompt_key`` / ``answer_key`` / ``id_key`` always wins). The layout is chosen
-from the FIRST record (or named with ``layout=``); every later record must then have the same fields. Named layouts
-(`LAYOUTS`), tried in this order, each recognised by the fields it requires:
-    ``verl``       ``prompt`` and a ``reward_model`` object (verl's RL parquet; DAPO-Math-17k ships this way, its
-                   instruction wrapper inside the chat prompt is kept): prompt = ``prompt`` (chat messages or text),
-                   answer = ``reward_model.ground_truth``, data source = ``data_source``, id = ``extra_info.index``;
-                   extra_info's other entries go into metadata.
-    ``math500``    ``problem``, ``answer``, ``unique_id`` (HuggingFaceH4/MATH-500): id = ``unique_id``.
-    ``aime2024``   ``ID``, ``Problem``, ``Answer`` (Maxwell-Jia/AIME_2024's capitalised columns).
-    ``matharena``  ``problem_idx``, ``problem``, ``answer`` (MathArena's AIME / HMMT / BRUMO releases).
-    ``gsm8k``      ``question`` and a text ``answer`` holding ``#### `` (openai/gsm8k): the answer is the text after
-                   the last ``####`` (a worked solution precedes it), with thousands separators removed.
-    ``generic``    otherwise prompt = the first of ``problem``, ``question``, ``prompt`` present, and answer = the
-                   first of ``answer``, ``solution``, ``ground_truth`` present, matched exactly first, then ignoring
-                   case (``Problem`` / ``Answer``); ``solution`` may be a worked solution (the math verifier grades
-                   against its last ``\\boxed{}``).
-`load_problems_with_layout` also returns which layout and fields were used (what `xrpo eval` reports).
-A dotted key (``reward_model.ground_truth``) walks into nested objects; an integer part indexes a list
-(``answers.0``). A field whose own name contains a dot is found first.
-
-Ids: ``id_key`` if given, else an ``id`` field, else ``extra_info.index``, else ``<file stem>-<i>`` with ``i`` the
-0-based position of the record. Integer ids become strings. Duplicate ids raise.
-
-Answers: strings are kept as they are; integers and finite floats become strings (an integral float such as
-``3.0``, which parquet produces for an integer column with nulls, becomes ``"3"``); an object or a non-empty list of
-objects (a code problem's test cases) becomes its JSON text, which a code verifier parses back; lists of scalars,
-booleans, null and empty strings raise (pick one element of a list with a dotted key such as ``answers.0``).
-
-Data source: the ``data_source`` argument if given (it overrides the file), else a ``data_source`` field, else "".
-
-Metadata: every top-level field not used above is kept under its own name. A field named ``metadata`` (top level,
-or inside ``extra_info``) that holds an object or a JSON-object string is merged in instead: that is how
-`save_problems_jsonl` and `save_problems_verl_parquet` round-trip ``Problem.metadata``.
-
-Errors name the file and the record: ``line N`` (1-based, as an editor shows it) for JSONL, ``row N (0-based)`` for
-the other formats, which is the index ``datasets`` / pandas / pyarrow use. An error that suggests an argument writes
-it as Python (``answer_key='answers.0'``); a caller with its own syntax passes ``spelling`` (`xrpo eval` writes
-``file.jsonl:answer=answers.0``).
+Details and the reasons for them: docs/data.md, section "Loading problems (`xrpo.data.loaders`)".
 """
 
 from __future__ import annotations

@@ -1,42 +1,6 @@
 """The built-in default task: short-answer arithmetic problems from `reasoning-gym`, with graded difficulty.
 
-`xrpo train` with no arguments trains a ~1M-parameter model on CPU in a few minutes, so the task has to be one such a
-model can partly learn: some problems solved, some not, and neighbours that help each other (which is what HRP's
-allocation and ICL seeding feed on). Problems come from reasoning-gym's procedural generators (seeded, offline); the
-reference answer is always reasoning-gym's own answer string; only the question is rewritten into a compact form,
-because the tiny model's context is ~128 tokens and the generators' instructions ("State the final answer to the
-following arithmetic problem: ...") carry no information. The original question is kept in
-``metadata["source_question"]``.
-
-Why these families and levels: in a prototype with 1-digit operands only, a family had a few hundred distinct
-questions, held-out questions were then unseen *facts* rather than unseen combinations of learnt skills, and most
-prompts ended up always or never solved (only 12-28% of GRPO groups had mixed rewards). Each family below therefore
-has several difficulty levels, from a small space of easy questions to larger spaces of the same skill, so that
-every family contributes prompts of intermediate success rate.
-
-Measured (a throwaway script, not a test): a 1.09M-parameter Qwen2 (d=128, 4 layers) warm-started for
-370 steps of 64 examples on 4,000 train problems, then 8 samples at temperature 1 on each of 300 held-out problems.
-Sampled pass@1 per level, easiest first::
-
-    chain_sum         0.062  0.056  0.006        gcd    0.167  0.258
-    products          0.294  0.100  0.125        lcm    0.087  0.021
-    simple_equations  0.138  0.069  0.031        all    0.112; 39% of problems had mixed outcomes
-
-Every family has prompts that are sometimes solved and prompts that are never solved. Two levels of a first run
-were dropped as out of reach (chain_sum with 3 terms of 2 digits: 0.000; lcm of numbers up to 50: 0.019), and
-simple_equations' levels were reordered after it (the range of the solution, not the operator, sets the difficulty).
-
-Every answer is an integer in plain digits (with a leading ``-`` when negative), so the math verifier compares
-numbers exactly; reasoning-gym's own ``score_answer`` is never used (it gives partial credit, e.g. 0.67 for "-41"
-against "-4", which is not a verifiable reward).
-
-Prompt format of the default tiny model (`format_prompt`)::
-
-    Q: 7 + 8 - 2 = ?
-    A:
-
-and the model is warm-started to continue with `` \\boxed{13}<eos>`` (`warmup_texts` gives the text without the
-eos token, which the caller appends from its tokenizer).
+Details and the reasons for them: docs/data.md, section "The built-in task (`xrpo.data.tasks`)".
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Grading one completion against a reference:
    `\\boxed{...}`, then `math_verify.verify(gold, pred)`): fractions, decimals, LaTeX, intervals, sets, percentages,
    degrees and units in `\\text{}` as math-verify handles them. Equal -> 1, else 0 with reason "mismatch".
 
-Time limit: step 3 runs in a shared pool of worker processes (`xrpo.rewards._pool`), each item under a wall-clock
+Time limit: step 3 runs in a shared pool of worker processes (`xrpo.sandbox.pool`), each item under a wall-clock
 limit of `timeout` seconds; a worker that overruns is killed and replaced and the item gets score 0, reason "timeout"
 (reason "error", with `metadata["error"]`, if the worker raised or died). math-verify's own limits use SIGALRM, which
 only works in the main thread and cannot interrupt C code, so they are turned off and the process limit is the only
@@ -37,9 +37,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from xrpo.rewards._pool import default_workers, shared_pool
 from xrpo.rewards.extract import extract_answer, normalize_answer, reference_answer
 from xrpo.rewards.registry import Verifier, VerifyResult, check_batch, register_verifier
+from xrpo.sandbox import default_workers, shared_pool
 
 __all__ = ["MathVerifier", "grade_answer"]
 

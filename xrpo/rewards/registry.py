@@ -16,8 +16,8 @@ worker process, such as a loaded reward model); an exception raised for one comp
 reason "error" instead of failing the batch.
 
 Adding a verifier that needs isolation: subclass `Verifier` and implement `verify_batch`. Work that may hang but is
-trusted goes through `xrpo.rewards._pool.WorkerPool.run` (per-item wall-clock limit; a worker that overruns is killed
-and replaced), as the `math` verifier does; untrusted programs go through `xrpo.rewards.sandbox.run_program`, as the
+trusted goes through `xrpo.sandbox.WorkerPool.run` (per-item wall-clock limit; a worker that overruns is killed
+and replaced), as the `math` verifier does; untrusted programs go through `xrpo.sandbox.run_program`, as the
 `code` verifier (`xrpo.rewards.code`) does. Register the class with `@register_verifier("name")`.
 """
 

@@ -31,8 +31,9 @@ from xrpo.algo.config import CuresConfig, TreePOConfig, section_values
 from xrpo.algo.sampling import dynamic_sampling_keep_groups
 from xrpo.data import Problem
 from xrpo.rollout import cures as cures_lib
+from xrpo.rollout.advantages import compute_advantages
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
-from xrpo.rollout.planner import PlanConfig, PlanResult, compute_advantages, generate_rollouts, rollout_metrics
+from xrpo.rollout.planner import PlanConfig, PlanResult, generate_rollouts, rollout_metrics
 from xrpo.rollout.prompts import PromptRenderer
 from xrpo.rollout.treepo import TreeConfig, generate_tree_rollouts, merge_tree_metrics
 

@@ -24,11 +24,11 @@ with `reuse_prefixes()` (`HFEngine`) keeps the KV cache of the paths it will con
 vLLM reuses shared prefixes through its own prefix cache.
 
 Each leaf becomes a `RolloutRecord` whose `tree_path` names the nodes on its path (ids unique within its tree) and
-`segment_ends` where each segment ends; `compute_advantages` with `advantage="tree"` turns these into TreePO's tree
-advantage. TreePO's defaults and where xrpo departs from the authors' code are in docs/methods.md ("treepo"); in
-short: no repetition-based early stop (a heuristic for base models' babbling), stop strings and EOS both end a path
-and count as "finished" for fallback, the branching budget's remainder is spread evenly rather than given to the last
-path, and a path cut by max_depth is reported with finish_reason "length".
+`segment_ends` where each segment ends; `xrpo.rollout.advantages.compute_advantages` with `advantage="tree"` turns these
+into TreePO's tree advantage. TreePO's defaults and where xrpo departs from the authors' code are in docs/methods.md
+("treepo"); in short: no repetition-based early stop (a heuristic for base models' babbling), stop strings and EOS both
+end a path and count as "finished" for fallback, the branching budget's remainder is spread evenly rather than given to
+the last path, and a path cut by max_depth is reported with finish_reason "length".
 """
 
 from __future__ import annotations

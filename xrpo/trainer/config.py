@@ -28,6 +28,7 @@ from xrpo.algo.config import (
     AdvantageConfig,
     AllocationConfig,
     BatchConfig,
+    CorpusConfig,
     CuresConfig,
     ICLConfig,
     ICLPromptConfig,
@@ -104,7 +105,7 @@ class MethodConfig(
 
 
 @dataclass
-class RolloutConfig(StreamConfig, ICLPromptConfig):
+class RolloutConfig(StreamConfig, CorpusConfig, ICLPromptConfig):
     prompts_per_step: int = 16
     """Prompts per training step (paper: batch size 16)."""
     rollouts_per_step: int = 128
@@ -145,8 +146,6 @@ class RolloutConfig(StreamConfig, ICLPromptConfig):
     icl_fewshot_example: str | None = None
     """fewshot style: how one solved example is written, with {problem} and {solution} (None: the prompt template
     with the example's problem, followed by its solution)."""
-    embedder: str = "wordllama"
-    """Embedder for ICL retrieval: wordllama (offline default), minilm, hash, or a sentence-transformers path."""
     icl_corpus: str | None = None
     """Optional JSONL of seed solutions (problem_id, problem, solution) the corpus starts from."""
 

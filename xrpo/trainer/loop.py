@@ -51,8 +51,9 @@ from xrpo.algo.config import (
 )
 from xrpo.algo.losses import get_policy_loss
 from xrpo.rewards import get_verifier, raise_reference_errors
+from xrpo.rollout.corpus import update_corpus
 from xrpo.rollout.engine import SamplingParams
-from xrpo.rollout.planner import PlanConfig, PlanResult, update_corpus
+from xrpo.rollout.planner import PlanConfig, PlanResult
 from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt

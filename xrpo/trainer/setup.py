@@ -82,10 +82,10 @@ def build_engine(cfg: TrainConfig, model, tokenizer):
 def new_corpus(cfg: TrainConfig):
     from xrpo.icl import ICLCorpus, get_embedder
 
-    emb = get_embedder(cfg.rollout.embedder)
+    emb, keep = get_embedder(cfg.rollout.embedder), cfg.rollout.corpus_max_per_problem
     if cfg.rollout.icl_corpus:
-        return ICLCorpus.from_jsonl(cfg.rollout.icl_corpus, emb)
-    return ICLCorpus(emb)
+        return ICLCorpus.from_jsonl(cfg.rollout.icl_corpus, emb, max_per_problem=keep)
+    return ICLCorpus(emb, max_per_problem=keep)
 
 
 def load_corpus(cfg: TrainConfig, path: Path):

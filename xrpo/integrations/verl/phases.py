@@ -366,7 +366,8 @@ def mark_padding(reward_extra: dict, pad) -> dict:
 
 def plan_result(batch, prompt_uids: Sequence, rounds: list[dict], tokenizer, full_reward: float):
     """The step's real rows as an `xrpo.rollout.planner.PlanResult` plus its `Problem`s, for xrpo's
-    ``rollout_metrics`` and ``update_corpus``. Only correct rollouts are decoded (the corpus stores their text)."""
+    ``rollout_metrics`` and ``xrpo.rollout.corpus.update_corpus``. Only correct rollouts are decoded (the corpus
+    stores their text)."""
     from xrpo.data import Problem
     from xrpo.integrations.verl.reward import _reference
     from xrpo.rollout.planner import PlanResult, RolloutRecord

@@ -1,43 +1,7 @@
 """`RayXRPOTrainer`: XRPO's Algorithm 1 inside verl's PPO driver (in the style of verl's DAPO recipe trainer).
 
-verl's ``RayPPOTrainer.fit`` generates ``rollout.n`` rollouts for every prompt in one call; XRPO generates in phases
-whose sizes depend on the rewards of the earlier phases. This subclass replaces ``fit`` and reuses everything else of
-verl (workers, rollout servers, reward loop, log-prob recomputation, actor update, checkpoints, validation, tracker).
-One training step, all on the driver except the worker calls:
-
-    1. base rollouts      every prompt n_base rollouts                                  (Alg. 1 lines 2-4)
-    2. planning rounds    rewards so far -> allocate_round (Eqs. 1-3) -> per-prompt counts; a prompt with no
-                          correct rollout yet is sent to the "xrpo_icl" agent loop with the paper's ICL prompt
-                          built from the K most similar solved problems of the corpus     (lines 5-12)
-    3. merge + align      rounds concatenated, every row keeps its prompt's uid; padded (rows with zero loss mask)
-                          or trimmed (whole zero-variance groups) to the mini-batch multiple
-    4. verl's pipeline    balance, old log-probs (actor), reference log-probs, then the "xrpo" estimator with
-                          old_log_probs passed explicitly: ragged GRPO + novelty sharpening (line 14)
-    5. update             verl's actor update (its policy losses: vanilla / GSPO ... as configured), weight sync
-    6. corpus             the step's correct rollouts join the corpus held by the driver (line 15)
-    7. metrics            xrpo's rollout/ alloc/ icl/ adv/ batch/ metrics through verl's tracker
-
-The corpus lives in the driver process and is saved with each checkpoint (``global_step_N/xrpo_corpus``) and loaded
-on resume. The rollout replicas stay awake across the rounds of a step and sleep once after the last one.
-
-Deviations from the single-machine planner (`xrpo.rollout.planner`), all forced by verl: a round's generation batch
-is padded to a multiple of ``rollout.agent.num_workers`` (the copies are generated and dropped, as verl's own
-validation does); the ICL prompt is built from the prompt's chat messages (last user turn replaced by the paper's
-template) and fitted to ``rollout.prompt_length``; the step is padded to verl's mini-batch multiple, and under the
-``seq-mean-*`` loss aggregations (and the SAPO loss) verl divides each mini-batch's loss by its fixed size, padding
-rows included (``batch/pad_frac``; a warning at start-up; docs/verl.md). Everything else (deviations of the planner
-itself) carries over.
-
-``fit`` follows verl 0.9.1's ``RayPPOTrainer.fit`` for everything around generation and the advantage: async
-checkpoint finalisation, the elastic (ESI) early save, continuous-step and rollout-server profiling, the agent
-loop's timings, rollout/actor log-prob mismatch metrics (on the rows whose rollout log-probs belong to the trained
-prompt), the variance-proxy and speculative-decoding metrics, the R2/R3 router-replay check and the dataset's
-``on_batch_end``. Not supported, and refused by `validate_xrpo_config`: DAPO's ``filter_groups``, a critic (and
-``critic_warmup``), a colocated reward model, rollout correction (``bypass_mode``, ``rollout_is``, ``rollout_rs``:
-old log-probs are always recomputed and no IS weight or rejection mask is applied) and verl's rollout-skip replay
-(``skip.*.enable``: it keys one generation per step). REMAX and GDPO do not apply (the estimator is ``xrpo``).
-
-Needs GPUs (verl's rollout servers are vLLM / SGLang); the driver-side pieces are tested on CPU, see docs/verl.md.
+Details and the reasons for them: docs/verl.md,
+sections "What runs in one step" and "`RayXRPOTrainer`: deviations, and what `fit` keeps".
 """
 
 from __future__ import annotations
@@ -90,7 +54,8 @@ from xrpo.integrations.verl.phases import (
     round_gen_batch,
     rows_sampled_as_trained,
 )
-from xrpo.rollout.planner import _is_nonuniform, rollout_metrics, update_corpus
+from xrpo.rollout.corpus import update_corpus
+from xrpo.rollout.planner import _is_nonuniform, rollout_metrics
 
 __all__ = ["CORPUS_DIR", "RayXRPOTrainer", "SEQ_MEAN_MODES", "minibatch_multiple", "pads_scale_the_loss"]
 

@@ -22,6 +22,7 @@ from verl.base_config import BaseConfig
 
 from xrpo.algo.config import (
     AllocationConfig,
+    CorpusConfig,
     ICLConfig,
     ICLPromptConfig,
     SharpenConfig,
@@ -37,17 +38,12 @@ VERL_ALLOCATIONS = ("hrp", "uniform")
 
 
 @dataclass
-class XRPOConfig(BaseConfig, SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig):
+class XRPOConfig(BaseConfig, CorpusConfig, SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig):
     """XRPO's knobs under ``algorithm.xrpo``: the allocation, ICL and sharpening sections of `xrpo.algo.config`
     (defaults: the paper's §4.1 and Table 4's default row), the step's budget, the ICL corpus and verl's batch."""
 
     rollouts_per_step: Optional[int] = None
     """Rollouts of the whole step, base rollouts included; None = data.train_batch_size * rollout.n."""
-    embedder: str = "wordllama"
-    """Embedder of the ICL corpus (xrpo.icl.get_embedder): "wordllama", "minilm", "hash" or a sentence-transformers
-    model such as the paper's Qwen/Qwen3-Embedding-8B."""
-    corpus_max_per_problem: int = 2
-    """Verified solutions kept per problem in the corpus."""
     corpus_init: Optional[str] = None
     """Optional JSONL of seed solutions (Algorithm 1's C_init), read by xrpo.icl.ICLCorpus.from_jsonl."""
     epsilon: float = 1e-6
@@ -75,12 +71,8 @@ class XRPOConfig(BaseConfig, SharpenConfig, ICLPromptConfig, ICLConfig, Allocati
             raise ValueError(f"algorithm.xrpo.rollouts_per_step must be >= 1 or null, got {self.rollouts_per_step}")
         if self.epsilon < 0:
             raise ValueError(f"algorithm.xrpo.epsilon must be >= 0, got {self.epsilon}")
-        if self.corpus_max_per_problem < 1:
-            raise ValueError(f"algorithm.xrpo.corpus_max_per_problem must be >= 1, got {self.corpus_max_per_problem}")
         if self.batch_align not in BATCH_ALIGN:
             raise ValueError(f"algorithm.xrpo.batch_align must be one of {BATCH_ALIGN}, got {self.batch_align!r}")
-        if not self.embedder:
-            raise ValueError("algorithm.xrpo.embedder must name an embedder (e.g. 'wordllama')")
 
     def plan_config(self, rollouts_per_step: int) -> PlanConfig:
         """The single-machine planner's config with these knobs (the sections both embed)."""

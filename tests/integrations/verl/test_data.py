@@ -16,7 +16,7 @@ from verl.trainer.ppo.utils import create_rl_dataset  # noqa: E402
 from xrpo.data import load_problems  # noqa: E402
 from xrpo.integrations.verl.main import check_config, load_config  # noqa: E402
 
-from .conftest import EXAMPLES, example  # noqa: E402
+from ..conftest import EXAMPLES, example  # noqa: E402
 
 
 def prepare(argv):

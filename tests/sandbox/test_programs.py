@@ -1,4 +1,4 @@
-"""The sandbox (xrpo/rewards/sandbox.py, xrpo/rewards/_sandbox_boot.py) against hostile programs.
+"""The sandbox (xrpo/sandbox/programs.py, xrpo/sandbox/_boot.py) against hostile programs.
 
 After every test the autouse fixture checks that nothing the sandbox started is still running. Tests that depend on a
 layer (namespaces, a dedicated uid) check `probe()` for it instead of assuming this machine's capabilities.
@@ -20,80 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from xrpo.rewards import sandbox
-from xrpo.rewards.sandbox import Limits, probe, run_program
+from tests.conftest import MARK, assert_nothing_left_running, world_readable_file
+from xrpo.sandbox import Limits, probe, programs, run_program
 
 # Tight limits: fork bombs and memory bombs run on a 2-core machine shared with other work.
 TIGHT = Limits(timeout=2.0, sample_timeout=10.0, memory_mb=256, max_processes=8, max_output_bytes=2**20)
 ROOT = os.geteuid() == 0
-MARK = str(900000 + os.getpid() % 99999)  # a sleep duration that names this test session's stray processes
 
 
 def run(code: str, inputs=("",), limits: Limits = TIGHT, **kw):
     return run_program(textwrap.dedent(code), "stdin", list(inputs), limits=limits, **kw)
-
-
-def _stat(pid: str) -> tuple[int, int]:
-    """(parent pid, start time in clock ticks since boot) of a process, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[1]), int(fields[19])
-
-
-_SESSION_START = _stat(str(os.getpid()))[1]
-
-
-def _another_sessions(pid: str) -> bool:
-    """Whether a process belongs to other work on this shared machine (another pytest or training run grading code
-    at the same time): its ancestors lead to init without passing through this test session. An orphan (parent init)
-    is ours when it began during this session: a sandboxed process that escaped its run."""
-    me = os.getpid()
-    try:
-        parent, start = _stat(pid)
-        if parent == 1:
-            return start < _SESSION_START
-        while parent > 1:
-            if parent == me:
-                return False
-            parent = _stat(str(parent))[0]
-    except (OSError, ValueError, IndexError):
-        pass  # the process or an ancestor ended while we looked: not a survivor of ours
-    return True
-
-
-def sandbox_processes() -> list[str]:
-    """Processes of a dedicated sandbox uid, or sleeping for this session's marker, that this session started."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            uid = os.stat(f"/proc/{name}").st_uid
-            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        ours = MARK in cmd or (
-            sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SLOTS and not _another_sessions(name)
-        )
-        if ours:
-            found.append(f"{name} uid={uid} {cmd[:80]}")
-    return found
-
-
-def assert_nothing_left_running(grace: float = 5.0) -> None:
-    """No sandboxed process outlives its run (clean-up may take a moment after the verdict)."""
-    deadline = time.monotonic() + grace
-    while sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_processes() == []
-
-
-def world_readable_file(path: Path, text: str) -> Path:
-    """`path` holding `text`, readable by any user: the file and the directories above it (up to three levels)."""
-    path.write_text(text)
-    path.chmod(0o644)
-    for d in (path.parent, path.parent.parent, path.parent.parent.parent):
-        os.chmod(d, os.stat(d).st_mode | 0o055)
-    return path
 
 
 @pytest.fixture(autouse=True)
@@ -135,7 +71,7 @@ def test_minimal_environment_and_fresh_workdir():
     t = res.tests[0]
     assert t.status == "ok", t.stderr
     lines = t.stdout.decode().splitlines()
-    assert eval(lines[0]) == sorted(sandbox._env("/x"))
+    assert eval(lines[0]) == sorted(programs._env("/x"))
     assert lines[1] == "True"
     assert eval(lines[2]) == ["solution.py"]  # the job file was deleted before the program started
 
@@ -156,7 +92,7 @@ def test_runtime_error_and_exit_codes():
     )
     assert [t.status for t in res.tests] == ["ok", "runtime_error", "runtime_error"]
     assert "ValueError: bad" in res.tests[1].stderr
-    assert "_sandbox_boot" not in res.tests[1].stderr  # the harness's own frame is not shown
+    assert "_boot" not in res.tests[1].stderr  # the harness's own frame (xrpo/sandbox/_boot.py) is not shown
     assert res.tests[2].exit_code == 3
 
 
@@ -279,7 +215,7 @@ def test_files_outside_its_root_do_not_exist(tmp_path, layers):
     # top-level entries only as parents of what the program needs: the system dirs, /etc's two files, /dev's
     # nodes, /proc, and the first component of the interpreter's dirs and of the work dir (wherever the checkout,
     # the virtual environment and TMPDIR live: /work, /check, /home, ...)
-    from xrpo.rewards.sandbox import _python_dirs
+    from xrpo.sandbox.programs import _python_dirs
 
     needed = [*_python_dirs(), tempfile.gettempdir()]
     allowed = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "usr"} | {
@@ -693,12 +629,12 @@ def test_unprivileged_caller(tmp_path):
     """The same guarantees from a caller that is not root (user namespaces instead of a dedicated uid)."""
     script = tmp_path / "caller.py"
     secret = tmp_path / "answers.txt"
-    repo = str(Path(sandbox.__file__).resolve().parents[2])
+    repo = str(Path(programs.__file__).resolve().parents[2])
     script.write_text(
         textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {repo!r})
-        from xrpo.rewards.sandbox import Limits, run_program
+        from xrpo.sandbox import Limits, run_program
         L = Limits(timeout=2, sample_timeout=10, memory_mb=256, max_processes=8, max_output_bytes=2**20)
         r = run_program("print(input())", "stdin", ["hi"], limits=L)
         print("ISO", ",".join(r.isolation))
@@ -812,7 +748,7 @@ def test_a_test_outcome_streams_to_the_caller_as_it_arrives():
 
     def on_test(i, outcome):
         seen.append((i, outcome.status, len(outcome.stdout)))
-        return sandbox.TestOutcome(outcome.status, outcome.exit_code, outcome.signal, b"", None, outcome.stderr[-10:])
+        return programs.TestOutcome(outcome.status, outcome.exit_code, outcome.signal, b"", None, outcome.stderr[-10:])
 
     res = run_program(
         "import sys\nn = int(input())\nsys.stdout.write('x' * n)\nsys.exit(n % 2)",

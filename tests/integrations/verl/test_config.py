@@ -16,7 +16,7 @@ from xrpo.algo.allocation import plan_phases  # noqa: E402
 from xrpo.integrations.verl.config import XRPOConfig, rollouts_per_step, validate_xrpo_config  # noqa: E402
 from xrpo.integrations.verl.main import check_config, load_config  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "verl"
 # micro-batch sizes verl's validate_config insists on when dynamic batch sizes are off
 CPU_VALID = (

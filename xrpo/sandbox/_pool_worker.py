@@ -1,4 +1,4 @@
-"""Processes behind `xrpo.rewards._pool.WorkerPool`: one template ("zygote") per pool, and the workers it forks.
+"""Processes behind `xrpo.sandbox.pool.WorkerPool`: one template ("zygote") per pool, and the workers it forks.
 
 The zygote is a fresh interpreter that imports and warms up once (`initializer`), then waits on its control socket.
 For each request it receives a socket (SCM_RIGHTS) and forks a worker that serves tasks on it, so a replacement for a

@@ -1,104 +1,7 @@
 """Run untrusted Python programs against test inputs in a sandbox: one sandbox per program, one process per test.
 
-`run_program(code, mode, inputs, ...)` starts a fresh interpreter (the *boot*, `xrpo/rewards/_sandbox_boot.py`,
-compiled once per caller process, run with `python -I -S -B`) in its own session, with a minimal environment and a
-fresh temporary working directory. The boot isolates itself as far as this machine allows (below), forks the
-*harness*, and waits. The harness compiles the
-program once and runs every test in a forked child of its own, under per-test limits, reading that child's stdout
-through a pipe with a byte cap. It sends back what each test printed (stdin tests) or returned (function-call tests)
-and never sees an expected output: the caller compares, outside the sandbox. The caller enforces a wall-clock limit
-on the whole run and removes the working directory afterwards.
-
-Check mode (HumanEval's ``check(candidate)``, whose code holds the expected values) splits each test in two
-processes: the *checker* forks the program's process first, and only then reads the check code (from a file the boot
-opened and the program's process closed) and runs it, with ``candidate`` a proxy whose every call crosses two pipes
-as plain data (tagged JSON). The checker rebuilds builtins only, so no object of the program's (an ``__eq__`` that
-always says True) reaches the check; only the checker can signal "pass"; and the check code and its expected values
-are never in memory the program can read (the checker is a non-dumpable process of its own). A check that calls
-helpers (HumanEval/32's ``poly``) gets them from ``check_prelude`` (the problem's prompt), never from the program.
-
-Layers, and when each holds (``SandboxResult.isolation`` names the ones a run actually got):
-
-========================  ==========================================================  ===============================
-layer                     what it guarantees                                          needs
-========================  ==========================================================  ===============================
-``session``               own session and process group; killed as a group            POSIX (always)
-``rlimits``               per test: CPU seconds, address space (memory), file size,   POSIX (always)
-                          open files, no core dumps; processes (see ``uid``)
-``walltime``              per test and per program (the caller kills the boot and     always
-                          everything it started when the program-level limit passes)
-``output_cap``            at most ``max_output_bytes`` read per test and stream; the  always
-                          test is killed past it (printing 1 GB costs one cap)
-``env``                   environment reduced to PATH, HOME/TMPDIR = the work dir,    always
-                          UTF-8 locale, single-threaded BLAS
-``workdir``               fresh private directory, removed afterwards                 always
-``uid``                   runs as a dedicated unprivileged uid (one per concurrent    the caller is root
-                          run): cannot write any file it does not own, cannot
-                          signal or ptrace the caller; RLIMIT_NPROC binds (fork
-                          bombs stop at ``max_processes``); every process of that
-                          uid is killed after the run, including ones that left
-                          the session
-``netns``                 no network: a new network namespace with no interfaces up   root, or unprivileged user
-                          (sockets open, nothing connects; abstract unix sockets of   namespaces
-                          the host are out of reach)
-``pidns``                 new PID namespace: the harness is its init, so every        root, or user namespaces
-                          process the program starts dies with the harness; host
-                          processes are invisible (fresh /proc)
-``mountns``               every mount remounted read-only; the work dir is a fresh    root, or user namespaces
-                          tmpfs of ``max_disk_mb``; the caller's files cannot be
-                          changed even if their permissions allow it
-``ipcns``                 System V IPC and POSIX message queues of the host unseen     root, or user namespaces
-``keyring``               the harness joins a fresh anonymous session keyring: the     Linux on x86_64, aarch64,
-                          caller's session keyring (services and PAM logins have      riscv64 (the syscall number)
-                          one; a dropped uid still possesses it) is out of reach
-``seccomp``               the program's syscalls that hold memory the address-space    Linux on x86_64, aarch64,
-                          limit does not count, or reach kernel keyrings, fail with    riscv64, with seccomp
-                          EPERM: memfd_create, memfd_secret, System V shm / msg /      filters (any caller: it
-                          sem, mq_open, socket, socketpair, io_uring_setup, bpf,       needs no privilege)
-                          add_key, request_key, keyctl (and every syscall of another
-                          ABI: i386, x32); installed on the harness, so no test can
-                          undo it. Memory outside the address space is then bounded
-                          by the work dir's tmpfs (``max_disk_mb``), the test's stdin
-                          file (``max_file_mb``) and pipe buffers
-``cgroup``                the run in a cgroup v2 of its own, ``memory.max`` =          a cgroup v2 with the memory
-                          ``memory_mb`` + 64 MiB (the harness), no swap: counts        controller the caller may
-                          every process together, shared and file memory, kernel       create children in:
-                          buffers; an OOM kill is status "memory"; ``cgroup.kill``     $XRPO_SANDBOX_CGROUP, or the
-                          afterwards                                                   hierarchy's root when the
-                                                                                       caller sits in it
-``rootfs``                the program's ``/`` is a fresh tmpfs holding read-only       ``mountns``, and a kernel
-                          binds of /usr, /lib*, /bin, /sbin, the interpreter's         that allows the binds
-                          installation (every site-packages emptied), the linker       (else: the host's tree,
-                          cache, /etc/localtime, five device nodes and the work dir    read-only)
-                          (chroot, left with no capability to undo it): files
-                          anywhere else (home dirs, /root, the checkout, /tmp, /etc,
-                          a dataset's expected outputs) do not exist for it
-========================  ==========================================================  ===============================
-
-Without ``pidns`` and ``uid``, the harness is a child subreaper and kills every descendant it can find in /proc
-after each test; a process that escaped that search (a double fork racing the scan) can outlive the run.
-
-Without ``seccomp`` (another machine, a kernel without seccomp filters) and without ``cgroup``, memory a program
-holds in memfds, System V shared memory or socket buffers is not counted by ``memory_mb`` (hundreds of MB more can be
-held), System V segments outlive a test until the run ends (``ipcns``: never the run), and keys a program adds to its
-uid's user keyring outlive it. ``memory_mb`` bounds each process's address space: ``max_processes`` processes may
-each use it, except under ``cgroup``, which bounds the run as a whole. On a cgroup v1 (hybrid) host, in an
-unprivileged container and in a systemd session there is no ``cgroup`` unless a delegated cgroup v2 is named by
-$XRPO_SANDBOX_CGROUP.
-
-Not guaranteed: CPU cache or timing side channels; keeping out what ``rootfs`` shows (the system's binaries and
-libraries and the standard library: data installed under /usr stays readable); without ``rootfs``, keeping out any
-world-readable file (keep secrets mode 0600; as the caller's own user without namespaces nothing of the caller's is
-private). Verdicts cannot be forged from inside: stdin outputs and returned values are compared by the caller, and
-check-mode verdicts come from the checker. Without ``mountns`` a program can write to world-writable places (/tmp,
-/dev/shm) within the file-size limit; without ``netns`` it can use the network; without ``uid`` and namespaces (a
-non-root caller with user namespaces disabled) it runs as the caller's user and can touch the caller's files.
-``isolation="strict"`` refuses to run unless ``uid`` or user-namespace isolation, all four namespaces, ``rootfs`` and
-``seccomp`` are in force. ``isolation="minimal"`` gets the layers that need no privilege: the first six, ``keyring``
-and ``seccomp``.
-
-The program sees the interpreter's standard library only (``-I -S``: no site-packages). docs/code.md has the same
-table by kind of caller (root / user namespaces / neither).
+How a run proceeds, what each isolation layer guarantees and needs, and what is not guaranteed: docs/code.md,
+section "How a program runs, and each layer of the sandbox (`xrpo.sandbox`)".
 """
 
 from __future__ import annotations
@@ -122,13 +25,13 @@ __all__ = ["Limits", "SandboxResult", "TestOutcome", "probe", "run_program"]
 MODES = ("stdin", "call", "check")
 TEST_STATUSES = ("ok", "runtime_error", "timeout", "memory", "output_limit", "not_run")
 ISOLATION = ("auto", "strict", "minimal")
-_BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_boot.py")
+_BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot.py")
 # The boot's code travels compiled, ahead of the job in the job file: compiling its source in every run cost about
 # ten milliseconds, a sixth of a small program's run. The loader needs nothing but builtins.
 _BOOT_LOADER = (
     "import marshal, os, sys\np = sys.argv[1]\nwith open(p, 'rb') as f:\n    code = marshal.load(f)\n"
     "    job = marshal.load(f)\nos.unlink(p)\n"
-    "g = {'__name__': '_sandbox_boot', '__file__': code.co_filename}\nexec(code, g)\ng['_boot'](job)\n"
+    "g = {'__name__': '_boot', '__file__': code.co_filename}\nexec(code, g)\ng['_boot'](job)\n"
 )
 
 
@@ -433,7 +336,7 @@ def _env(workdir: str) -> dict[str, str]:
 
 
 class _Frames:
-    """The harness's stream (format in `xrpo.rewards._sandbox_boot`), parsed as it arrives: a test's outcome goes to
+    """The harness's stream (format in `xrpo.sandbox._boot`), parsed as it arrives: a test's outcome goes to
     `on_test` as soon as its frame is complete, and the buffer never holds more than one frame (at most
     `max_frame` bytes), however many tests the program has."""
 

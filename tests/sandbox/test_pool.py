@@ -1,4 +1,4 @@
-"""The worker pool behind the math verifier (xrpo/rewards/_pool.py, xrpo/rewards/_worker.py)."""
+"""The worker pool behind the math verifier (xrpo/sandbox/pool.py, xrpo/sandbox/_pool_worker.py)."""
 
 import os
 import signal
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from xrpo.rewards._pool import WorkerPool
+from tests.conftest import wait_gone
+from xrpo.sandbox import WorkerPool
 
 from . import _tasks
-from .conftest import wait_gone
 
 T = _tasks.__name__
 # The directory from which `T` is importable: workers get the caller's sys.path, and pytest's import mode may not
@@ -128,10 +128,10 @@ SCRIPT = textwrap.dedent(
     # deliberately no `if __name__ == "__main__":` guard: workers must not re-import this script
     import sys, time
     from xrpo.rewards import get_verifier
-    from xrpo.rewards import _pool
+    from xrpo.sandbox.pool import _POOLS
     v = get_verifier("math", timeout=5, workers=2)
     assert v(r"\\boxed{0.5}", "1/2").score == 1.0
-    print(" ".join(str(p) for pool in _pool._POOLS.values() for p in pool.pids()), flush=True)
+    print(" ".join(str(p) for pool in _POOLS.values() for p in pool.pids()), flush=True)
     if sys.argv[1] == "hang":
         time.sleep(600)
     """

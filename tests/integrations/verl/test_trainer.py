@@ -28,13 +28,14 @@ from xrpo.data import Problem, save_problems_verl_parquet  # noqa: E402
 from xrpo.integrations.verl.main import load_config  # noqa: E402
 from xrpo.integrations.verl.phases import PAD_KEY, ROUND_KEY, SEEDED_KEY, align_batch, plan_result  # noqa: E402
 from xrpo.integrations.verl.trainer import RayXRPOTrainer, minibatch_multiple, pads_scale_the_loss  # noqa: E402
-from xrpo.rollout.planner import rollout_metrics, update_corpus  # noqa: E402
+from xrpo.rollout.corpus import update_corpus  # noqa: E402
+from xrpo.rollout.planner import rollout_metrics  # noqa: E402
 
 PROMPTS = 4
 
 
 def _build(tmp_path, llama, *overrides, seed=0):
-    from .conftest import EVEN_VERIFIER, InProcessHandle, InProcessRolloutManager, TinyServer
+    from ..conftest import EVEN_VERIFIER, InProcessHandle, InProcessRolloutManager, TinyServer
 
     path, model = llama
     probs = [

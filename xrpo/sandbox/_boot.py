@@ -1,8 +1,8 @@
-"""The inside of the sandbox (`xrpo.rewards.sandbox`): the boot script and the test harness.
+"""The inside of the sandbox (`xrpo.sandbox.programs`): the boot script and the test harness.
 
-Started by `xrpo.rewards.sandbox.run_program` as ``python -I -S -B -c LOADER JOB``: JOB is a file the caller wrote
+Started by `xrpo.sandbox.programs.run_program` as ``python -I -S -B -c LOADER JOB``: JOB is a file the caller wrote
 (and LOADER deletes) holding this module's code object, compiled once per caller process, then the job, both
-marshalled; LOADER runs the code and calls `_boot(job)`. (Run as a script, ``_sandbox_boot.py JOB`` takes a file
+marshalled; LOADER runs the code and calls `_boot(job)`. (Run as a script, ``_boot.py JOB`` takes a file
 holding only the job.) It imports only what it needs from the standard library
 (not json, re or selectors, which would double the start-up time), and nothing from xrpo.
 

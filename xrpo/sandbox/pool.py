@@ -5,7 +5,7 @@ Why not `concurrent.futures` or `multiprocessing.Pool`: neither can stop one run
 to kill the process. Each worker here serves one task at a time over its own socket; the caller waits on all sockets
 with the nearest deadline and kills the workers whose task overran.
 
-- Workers are forked from a per-pool template process (`xrpo.rewards._worker`, a "zygote" like multiprocessing's
+- Workers are forked from a per-pool template process (`xrpo.sandbox._pool_worker`, a "zygote" like multiprocessing's
   forkserver) that is a fresh interpreter, already warmed up: the caller's process (which may hold threads or CUDA
   state) is never forked, and a replacement is ready in milliseconds, so a killed worker costs no capacity. Unlike
   multiprocessing's spawn and forkserver, nothing re-imports the caller's `__main__`: a script without an
@@ -43,7 +43,7 @@ _STARTUP_TIMEOUT_S = 120.0
 # source checkout.
 _BOOTSTRAP = (
     "import os, sys; sys.path[:] = os.environ.pop('XRPO_WORKER_SYS_PATH').split(os.pathsep); "
-    "from xrpo.rewards._worker import zygote_main; zygote_main(sys.argv[1:])"
+    "from xrpo.sandbox._pool_worker import zygote_main; zygote_main(sys.argv[1:])"
 )
 
 
