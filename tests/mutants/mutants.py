@@ -462,4 +462,12 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/trainer/test_checkpoint.py",),
         "a checkpoint killed before its COMPLETE marker is listed and resumed from",
     ),
+    Mutant(
+        "one-seed-for-every-round",
+        "xrpo/rollout/planner.py",
+        "    if rnd == 0 or sampling.seed is None:\n        return sampling\n",
+        "    if True:\n        return sampling\n",
+        (f"{PLANNER}::test_planning_rounds_do_not_redraw_the_base_rollouts_of_an_engine_seeded_per_prompt",),
+        "every planning round samples with the step's seed: vLLM redraws a prompt's base rollouts as its extras",
+    ),
 )

@@ -12,7 +12,7 @@ import pytest
 from xrpo.algo.advantages import group_advantages
 from xrpo.data import Problem
 from xrpo.icl import ICLCorpus, get_embedder
-from xrpo.rollout.engine import SamplingParams
+from xrpo.rollout.engine import Rollout, SamplingParams
 from xrpo.rollout.planner import PlanConfig, generate_rollouts, plan_rollouts
 from xrpo.rollout.prompts import PromptRenderer
 
@@ -440,3 +440,44 @@ def test_simulator_allocation_equals_the_planners_on_the_same_rewards(verifier, 
     assert sim.nonuniform == [r["nonuniform"] for r in res.rounds[1:]]
     if icl:
         assert any(r["seeded"] for r in res.rounds)  # the case is exercised
+
+
+class PerPromptSeeds:
+    """Seeds as vLLM does: the request of prompt i in a call draws from (seed, i), its j-th rollout from that + j."""
+
+    def generate(self, prompts, counts, params):
+        out = []
+        for i, (prompt, n) in enumerate(zip(prompts, counts)):
+            rollouts = []
+            for j in range(n):
+                rng = np.random.default_rng([params.seed, i, j])
+                text = " " + "".join(rng.choice(list("0123456789"), size=12))
+                ids = [ord(c) for c in text]
+                rollouts.append(
+                    Rollout(
+                        prompt_ids=[ord(c) for c in prompt],
+                        completion_ids=ids,
+                        logprobs=[-1.0] * len(ids),
+                        finish_reason="eos",
+                        text=text,
+                    )
+                )
+            out.append(rollouts)
+        return out
+
+    def sync_weights(self, model):
+        pass
+
+
+def test_planning_rounds_do_not_redraw_the_base_rollouts_of_an_engine_seeded_per_prompt(verifier):
+    # each round samples with its own seed: with the step's seed in every round, an engine that seeds prompt i's
+    # request from (seed, i) (vLLM) gave every extra rollout of a prompt the text of one of its base rollouts
+    probs, _, _ = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=False, sharpen=False)
+    res = generate_rollouts(
+        probs, PerPromptSeeds(), verifier, renderer(), cfg, SamplingParams(max_new_tokens=12, seed=7)
+    )
+    base = {(x.problem_index, x.text) for x in res.records if x.round == 0}
+    extra = [x for x in res.records if x.round > 0]
+    assert len(extra) == 64 and not any((x.problem_index, x.text) in base for x in extra)
+    assert len({(x.problem_index, x.text) for x in res.records}) == 128  # and no round repeats another
