@@ -45,6 +45,13 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def load_training_state(ckpt: Path, optimizer, scheduler) -> None:
+    """Restore what `save_checkpoint` saved besides the model: optimizer, scheduler and the random generators."""
+    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
+    scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
+    set_rng_state(torch.load(ckpt / "rng.pt", weights_only=False))
+
+
 def save_checkpoint(
     output: Path, step: int, *, model, tokenizer, optimizer, scheduler, state: dict, corpus=None, keep_last: int = 2
 ) -> Path:

@@ -211,6 +211,36 @@ def _rewind_tensorboard(tb_dir: Path, step: int, eval_tags: set, allowed: Counte
     return removed
 
 
+class MechanismTotals:
+    """XRPO's mechanisms summed over a run (summary.json's "xrpo" block), kept in checkpoints so that a resumed run
+    counts every step once."""
+
+    SUMMED = ("alloc/rounds", "alloc/nonuniform_rounds", "icl/seeded_prompts", "icl/flips", "adv/sharpened_count")
+
+    def __init__(self, saved: dict | None = None):
+        self.totals = {k: 0.0 for k in (*self.SUMMED[:2], "alloc/max_extra", *self.SUMMED[2:])}
+        self.totals.update(saved or {})
+
+    def add(self, metrics: dict) -> None:
+        for k in self.SUMMED:
+            self.totals[k] += metrics.get(k, 0.0)
+        self.totals["alloc/max_extra"] = max(self.totals["alloc/max_extra"], metrics.get("alloc/max_extra", 0.0))
+
+    def state(self) -> dict:
+        return dict(self.totals)
+
+    def summary(self) -> dict:
+        t = self.totals
+        return {
+            "planned_rounds": int(t["alloc/rounds"]),
+            "nonuniform_round_share": t["alloc/nonuniform_rounds"] / max(t["alloc/rounds"], 1.0),
+            "max_extra": t["alloc/max_extra"],
+            "seeded_prompts": t["icl/seeded_prompts"],
+            "flips": t["icl/flips"],
+            "sharpened": t["adv/sharpened_count"],
+        }
+
+
 class RunLogger:
     """Writes the run's records. ``resume_state`` (the state.json of the checkpoint a run resumes from) first brings
     the records back to that checkpoint and continues its segments; ``t_start`` is when this process started (its

@@ -28,7 +28,6 @@ Deviations from the paper (see also the planner's docstring):
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from collections.abc import Callable
@@ -58,8 +57,17 @@ from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
 from xrpo.trainer.config import TrainConfig, from_dict, to_dict
-from xrpo.trainer.logging import RunLogger
-from xrpo.trainer.setup import build_engine, load_corpus, load_data, load_model, make_renderer, new_corpus
+from xrpo.trainer.logging import MechanismTotals, RunLogger
+from xrpo.trainer.setup import (
+    build_engine,
+    check_prompt_lengths,
+    load_corpus,
+    load_data,
+    load_model,
+    lr_scheduler,
+    make_renderer,
+    new_corpus,
+)
 from xrpo.trainer.update import NonFiniteLossError, Policy, UpdateBatch, old_logprobs, policy_update, sample_logprobs
 
 __all__ = ["NonFiniteLossError", "StepReport", "plan_config", "train"]
@@ -136,14 +144,7 @@ def train(
         ref_model.eval().requires_grad_(False)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     renderer = make_renderer(cfg, tokenizer)
-    every = train_problems + heldout
-    encoded = tokenizer([renderer.render(p) for p in every], add_special_tokens=False)["input_ids"]
-    for p, ids in zip(every, encoded):
-        if len(ids) > cfg.data.max_prompt_tokens:
-            raise ValueError(
-                f"problem {p.id}: prompt has {len(ids)} tokens, more than data.max_prompt_tokens="
-                f"{cfg.data.max_prompt_tokens}"
-            )
+    check_prompt_lengths(cfg, tokenizer, renderer, train_problems + heldout)
     verifier = get_verifier(cfg.data.verifier, **cfg.data.verifier_args)
     raise_reference_errors(verifier, train_problems, f"data.train ({cfg.data.train})")
     raise_reference_errors(verifier, heldout, f"data.heldout ({cfg.data.heldout})")
@@ -181,22 +182,11 @@ def train(
         ref_model=ref_model,
         reuse_logprobs=reuse_lp,
     )
-
-    def lr_lambda(step: int) -> float:
-        if step < o.warmup_steps:
-            return (step + 1) / o.warmup_steps
-        if o.schedule == "cosine":
-            frac = (step - o.warmup_steps) / max(1, cfg.steps - o.warmup_steps)
-            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
-        return 1.0
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    scheduler = lr_scheduler(optimizer, o, cfg.steps)
     start_step = 0
     history: list[dict] = []
     if ckpt_path is not None:
-        optimizer.load_state_dict(torch.load(ckpt_path / "optimizer.pt", weights_only=False))
-        scheduler.load_state_dict(torch.load(ckpt_path / "scheduler.pt", weights_only=False))
-        ckpt.set_rng_state(torch.load(ckpt_path / "rng.pt", weights_only=False))
+        ckpt.load_training_state(ckpt_path, optimizer, scheduler)
         try:
             source.load_state_dict(state)
         except (KeyError, ValueError) as e:
@@ -230,7 +220,7 @@ def train(
             **source.state_dict(),
             "before": state.get("before", {}),
             "eval_history": history,
-            "totals": dict(totals),
+            "totals": totals.state(),
             **logger.checkpoint_state(step),
         }
         ckpt.save_checkpoint(
@@ -254,18 +244,7 @@ def train(
 
     # ================================================================ training steps
     step = start_step
-    totals = {
-        k: 0.0
-        for k in [
-            "alloc/rounds",
-            "alloc/nonuniform_rounds",
-            "alloc/max_extra",
-            "icl/seeded_prompts",
-            "icl/flips",
-            "adv/sharpened_count",
-        ]
-    }
-    totals.update(state.get("totals", {}))
+    totals = MechanismTotals(state.get("totals", {}))
     for step in range(start_step + 1, cfg.steps + 1):
         if cfg.time_limit is not None and time.perf_counter() - t_start > cfg.time_limit:
             log(f"time limit of {cfg.time_limit:.0f}s reached after step {step - 1}")
@@ -314,20 +293,8 @@ def train(
         logger.log_step(step, metrics)
         logger.log_rounds(step, plan.rounds)
         if on_step is not None:
-            on_step(
-                StepReport(
-                    step=step,
-                    problems=problems,
-                    plan=plan,
-                    old_logprobs=old_lp if records else [],
-                    metrics=metrics,
-                    corpus=corpus,
-                )
-            )
-        for k in totals:
-            if k != "alloc/max_extra":
-                totals[k] += metrics.get(k, 0.0)
-        totals["alloc/max_extra"] = max(totals["alloc/max_extra"], metrics.get("alloc/max_extra", 0.0))
+            on_step(StepReport(step, problems, plan, old_lp if records else [], metrics, corpus))
+        totals.add(metrics)
         if cfg.log_samples_every and step % cfg.log_samples_every == 0:
             logger.log_samples(step, problems, records)
         if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
@@ -363,14 +330,7 @@ def train(
         "pass@1_before": before.get(key),
         "pass@1_after": after.get(key),
         "eval_history": history,
-        "xrpo": {
-            "planned_rounds": int(totals["alloc/rounds"]),
-            "nonuniform_round_share": totals["alloc/nonuniform_rounds"] / max(totals["alloc/rounds"], 1.0),
-            "max_extra": totals["alloc/max_extra"],
-            "seeded_prompts": totals["icl/seeded_prompts"],
-            "flips": totals["icl/flips"],
-            "sharpened": totals["adv/sharpened_count"],
-        },
+        "xrpo": totals.summary(),
         **source.summary(),  # CurES: its warm-up and how much of the training set its posterior saw
         **logger.run_totals(final_step),  # wall time, rollouts, tokens over every segment of a resumed run
         "output": str(output),

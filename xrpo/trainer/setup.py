@@ -4,7 +4,10 @@ engine builders themselves take plain arguments (`xrpo.models.loading`, `xrpo.ro
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+
+import torch
 
 from xrpo.data import Problem, load_problems
 from xrpo.models import loading
@@ -107,3 +110,29 @@ def make_renderer(cfg: TrainConfig, tokenizer):
         max_prompt_tokens=cfg.data.max_prompt_tokens,
         fewshot_example=cfg.rollout.icl_fewshot_example,
     )
+
+
+def check_prompt_lengths(cfg: TrainConfig, tokenizer, renderer, problems: list[Problem]) -> None:
+    """Every prompt, as the engine will receive it, fits ``data.max_prompt_tokens``; the error names the problem."""
+    encoded = tokenizer([renderer.render(p) for p in problems], add_special_tokens=False)["input_ids"]
+    for p, ids in zip(problems, encoded):
+        if len(ids) > cfg.data.max_prompt_tokens:
+            raise ValueError(
+                f"problem {p.id}: prompt has {len(ids)} tokens, more than data.max_prompt_tokens="
+                f"{cfg.data.max_prompt_tokens}"
+            )
+
+
+def lr_scheduler(optimizer, o, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over ``o.warmup_steps``, then constant or (``o.schedule == "cosine"``) cosine decay to 0 at
+    ``steps``."""
+
+    def lr_lambda(step: int) -> float:
+        if step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.schedule == "cosine":
+            frac = (step - o.warmup_steps) / max(1, steps - o.warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
