@@ -10,6 +10,17 @@ from xrpo.rollout.engine import Rollout, SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
 
 
+def char_rollout(prompt: str, text: str, logprobs) -> Rollout:
+    """A finished rollout of ``text`` from ``prompt``, one token id per character (as `CharTokenizer`)."""
+    return Rollout(
+        prompt_ids=[ord(c) for c in prompt],
+        completion_ids=[ord(c) for c in text],
+        logprobs=list(logprobs),
+        finish_reason="eos",
+        text=text,
+    )
+
+
 class CharTokenizer:
     """Enough of a tokenizer for the renderer: one id per character."""
 
@@ -50,16 +61,7 @@ class ScriptedPolicy:
                 ok = self.rng.random() < p
                 ans = self.problems[q].answer if ok else "-1"
                 text = f" \\boxed{{{ans}}}"
-                ids = [ord(c) for c in text]
-                rs.append(
-                    Rollout(
-                        prompt_ids=[ord(c) for c in prompt],
-                        completion_ids=ids,
-                        logprobs=list(-0.1 - self.rng.random(len(ids))),
-                        finish_reason="eos",
-                        text=text,
-                    )
-                )
+                rs.append(char_rollout(prompt, text, -0.1 - self.rng.random(len(text))))
             out.append(rs)
         return out
 

@@ -12,10 +12,10 @@ from numpy.testing import assert_array_equal
 from xrpo.data import Problem
 from xrpo.rewards import get_verifier
 from xrpo.rollout.cures import CuresState, warmup
-from xrpo.rollout.engine import Rollout, SamplingParams
+from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
 
-from ._fakes import CharTokenizer
+from ._fakes import CharTokenizer, char_rollout
 
 
 class RatePolicy:
@@ -36,16 +36,7 @@ class RatePolicy:
             for _ in range(n):
                 ans = self.problems[q].answer if self.rng.random() < self.rates[q] else "-1"
                 text = f" \\boxed{{{ans}}}"
-                ids = [ord(c) for c in text]
-                rs.append(
-                    Rollout(
-                        prompt_ids=[ord(c) for c in prompt],
-                        completion_ids=ids,
-                        logprobs=[-0.5] * len(ids),
-                        finish_reason="eos",
-                        text=text,
-                    )
-                )
+                rs.append(char_rollout(prompt, text, [-0.5] * len(text)))
             out.append(rs)
         return out
 

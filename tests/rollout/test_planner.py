@@ -12,11 +12,11 @@ import pytest
 from xrpo.algo.advantages import group_advantages
 from xrpo.data import Problem
 from xrpo.icl import ICLCorpus, get_embedder
-from xrpo.rollout.engine import Rollout, SamplingParams
+from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.planner import PlanConfig, generate_rollouts, plan_rollouts
 from xrpo.rollout.prompts import PromptRenderer
 
-from ._fakes import SAMPLING, CharTokenizer, ScriptedPolicy, problems_and_rates, renderer
+from ._fakes import SAMPLING, CharTokenizer, ScriptedPolicy, char_rollout, problems_and_rates, renderer
 from ._fakes import record as _record
 from ._fakes import result as _result
 
@@ -452,16 +452,7 @@ class PerPromptSeeds:
             for j in range(n):
                 rng = np.random.default_rng([params.seed, i, j])
                 text = " " + "".join(rng.choice(list("0123456789"), size=12))
-                ids = [ord(c) for c in text]
-                rollouts.append(
-                    Rollout(
-                        prompt_ids=[ord(c) for c in prompt],
-                        completion_ids=ids,
-                        logprobs=[-1.0] * len(ids),
-                        finish_reason="eos",
-                        text=text,
-                    )
-                )
+                rollouts.append(char_rollout(prompt, text, [-1.0] * len(text)))
             out.append(rollouts)
         return out
 

@@ -16,7 +16,7 @@ from xrpo.rollout.engine import BatchStream, Rollout, SamplingParams, StreamingE
 from xrpo.rollout.planner import PlanConfig, generate_rollouts
 from xrpo.rollout.streaming import quorum_size
 
-from ._fakes import ScriptedPolicy, problems_and_rates, renderer
+from ._fakes import ScriptedPolicy, char_rollout, problems_and_rates, renderer
 from .test_planner import seeded_corpus
 
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=8, seed=7)
@@ -40,16 +40,7 @@ class SeededPolicy(ScriptedPolicy):
             rng = np.random.default_rng(list(digest[:8]))
             ans = self.problems[q].answer if rng.random() < p else "-1"
             text = f" \\boxed{{{ans}}}"
-            ids = [ord(c) for c in text]
-            out.append(
-                Rollout(
-                    prompt_ids=[ord(c) for c in prompt],
-                    completion_ids=ids,
-                    logprobs=list(-0.1 - rng.random(len(ids))),
-                    finish_reason="eos",
-                    text=text,
-                )
-            )
+            out.append(char_rollout(prompt, text, -0.1 - rng.random(len(text))))
         return out
 
     def generate(self, prompts, counts, params):
