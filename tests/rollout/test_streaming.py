@@ -289,3 +289,22 @@ def test_batch_stream_generates_at_the_next_wait():
     # each request draws what generate draws for its index and params
     assert [r.text for r in got[0][1]] == [r.text for r in policy.generate(["", "", "", p3], [0, 0, 0, 2], SAMPLING)[3]]
     assert stream.wait() == []
+
+
+@pytest.mark.parametrize(
+    "key,n,index,match",
+    [
+        (("a", 0), 1, 0, r"key \('a', 0\) is already in flight"),
+        (("b", 0), 0, 0, r"n: expected an int >= 1, got 0"),
+        (("b", 0), 2.0, 0, r"n: expected an int >= 1, got 2.0"),
+        (("b", 0), 1, -1, r"index: expected an int >= 0, got -1"),
+        (("b", 0), 1, True, r"index: expected an int >= 0, got True"),
+    ],
+)
+def test_batch_stream_refuses_bad_submits(key, n, index, match):
+    probs, pp, pi = problems_and_rates()
+    stream = BatchStream(ScriptedPolicy(probs, pp, pi))
+    stream.submit(("a", 0), renderer().render(probs[0]), 1, SamplingParams(max_new_tokens=8), index=0)
+    with pytest.raises(ValueError, match=match):
+        stream.submit(key, renderer().render(probs[1]), n, SamplingParams(max_new_tokens=8), index=index)
+    assert [k for k, _ in stream.wait()] == [("a", 0)]  # the refused request was not queued

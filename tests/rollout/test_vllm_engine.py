@@ -363,6 +363,10 @@ def test_streamed_requests_draw_what_generate_draws(served):
         engine.submit(("p", i), PROMPTS[i], [3, 2, 4, 1][i], params, index=i)
     with pytest.raises(ValueError, match="in flight"):
         engine.submit(("p", 2), PROMPTS[2], 1, params, index=2)
+    with pytest.raises(ValueError, match=r"n: expected an int >= 1, got 0"):
+        engine.submit(("q", 0), PROMPTS[0], 0, params)
+    with pytest.raises(ValueError, match=r"index: expected an int >= 0, got -1"):
+        engine.submit(("q", 0), PROMPTS[0], 1, params, index=-1)
     with pytest.raises(RuntimeError, match="in flight"):
         engine.generate(PROMPTS[:1], [1], params)
     first = engine.wait()

@@ -49,6 +49,7 @@ __all__ = [
     "TokenPromptEngine",
     "as_stream",
     "validate_generate_args",
+    "validate_submit_args",
     "validate_generate_ids_args",
     "find_stop",
     "cut_at_stop",
@@ -195,12 +196,7 @@ class BatchStream:
         self._pending: list[tuple[Hashable, str, int, SamplingParams, int]] = []
 
     def submit(self, key: Hashable, prompt: str, n: int, params: SamplingParams, *, index: int = 0) -> None:
-        if not _is_int(n) or n < 1:
-            raise ValueError(f"n: expected an int >= 1, got {n!r}")
-        if not _is_int(index) or index < 0:
-            raise ValueError(f"index: expected an int >= 0, got {index!r}")
-        if any(k == key for k, *_ in self._pending):
-            raise ValueError(f"key {key!r} is already in flight")
+        validate_submit_args(key, n, index, [k for k, *_ in self._pending])
         self._pending.append((key, prompt, int(n), params, int(index)))
 
     def wait(self) -> list[tuple[Hashable, list[Rollout]]]:
@@ -225,6 +221,17 @@ class BatchStream:
 
     def sync_weights(self, model) -> None:
         self.engine.sync_weights(model)
+
+
+def validate_submit_args(key: Hashable, n, index, in_flight) -> None:
+    """Check `StreamingEngine.submit`'s ``n`` (an int >= 1), ``index`` (an int >= 0) and ``key`` (not among the keys
+    ``in_flight``); raises ValueError naming the bad argument."""
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"n: expected an int >= 1, got {n!r}")
+    if not _is_int(index) or index < 0:
+        raise ValueError(f"index: expected an int >= 0, got {index!r}")
+    if any(k == key for k in in_flight):
+        raise ValueError(f"key {key!r} is already in flight")
 
 
 def as_stream(engine: RolloutEngine):

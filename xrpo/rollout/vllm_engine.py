@@ -22,6 +22,7 @@ from xrpo.rollout.engine import (
     cut_at_stop,
     validate_generate_args,
     validate_generate_ids_args,
+    validate_submit_args,
 )
 
 __all__ = ["VLLMEngine", "VLLMSupport", "vllm_support", "MIN_VLLM_VERSION", "MAX_TESTED_VLLM_VERSION", "INSTALL_HINT"]
@@ -434,12 +435,7 @@ class VLLMEngine:
         """Queue ``n`` completions of ``prompt`` on vLLM's engine loop while other requests decode
         (`xrpo.rollout.engine.StreamingEngine`): the request `generate` would make for ``prompts[index]``."""
         prompts, counts = validate_generate_args([prompt], [n], params)
-        if counts[0] < 1:
-            raise ValueError(f"n: expected an int >= 1, got {n!r}")
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise ValueError(f"index: expected an int >= 0, got {index!r}")
-        if any(entry[0] == key for entry in self._stream.values()):
-            raise ValueError(f"key {key!r} is already in flight")
+        validate_submit_args(key, counts[0], index, [entry[0] for entry in self._stream.values()])
         ids = list(self.tokenizer(prompts[0], add_special_tokens=False)["input_ids"])
         if not ids:
             raise ValueError("prompt: encodes to no tokens; expected a non-empty prompt")
