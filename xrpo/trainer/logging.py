@@ -215,16 +215,23 @@ class MechanismTotals:
     """XRPO's mechanisms summed over a run (summary.json's "xrpo" block), kept in checkpoints so that a resumed run
     counts every step once."""
 
-    SUMMED = ("alloc/rounds", "alloc/nonuniform_rounds", "icl/seeded_prompts", "icl/flips", "adv/sharpened_count")
+    KEYS = (
+        "alloc/rounds",
+        "alloc/nonuniform_rounds",
+        "alloc/max_extra",
+        "icl/seeded_prompts",
+        "icl/flips",
+        "adv/sharpened_count",
+    )  # summed over steps, except the largest extra allocation: its maximum
 
     def __init__(self, saved: dict | None = None):
-        self.totals = {k: 0.0 for k in (*self.SUMMED[:2], "alloc/max_extra", *self.SUMMED[2:])}
+        self.totals = {k: 0.0 for k in self.KEYS}
         self.totals.update(saved or {})
 
     def add(self, metrics: dict) -> None:
-        for k in self.SUMMED:
-            self.totals[k] += metrics.get(k, 0.0)
-        self.totals["alloc/max_extra"] = max(self.totals["alloc/max_extra"], metrics.get("alloc/max_extra", 0.0))
+        for k in self.KEYS:
+            v = metrics.get(k, 0.0)
+            self.totals[k] = max(self.totals[k], v) if k == "alloc/max_extra" else self.totals[k] + v
 
     def state(self) -> dict:
         return dict(self.totals)
