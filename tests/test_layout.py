@@ -19,10 +19,6 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/trainer/test_train.py", "tests/trainer/test_config.py"),
         "maps a TrainConfig onto the builders of xrpo.models.loading and xrpo.rollout.build, tested through train()",
     ),
-    "xrpo/models/default.py": (
-        ("tests/models/test_loading.py",),
-        "the built-in model is tested as `model.path=default` resolves and loads it",
-    ),
     "xrpo/eval/build.py": (
         ("tests/eval/test_evaluate.py",),
         "what evaluate() samples with, tested through evaluate()",

@@ -68,6 +68,24 @@ def test_default_is_the_held_out_split_of_the_training_task():
         load_dataset(DataSpec("default"), dataclasses.replace(run, train="train.jsonl"), limit=None)
 
 
+def test_default_follows_the_runs_families_and_levels():
+    """A run trained on a restricted built-in task is evaluated on that task's held-out split, not the full one."""
+    from xrpo.data.tasks import make_default_task
+    from xrpo.eval.model import run_defaults
+    from xrpo.trainer.config import build_config
+    from xrpo.trainer.setup import load_data
+
+    cfg = build_config(None, ["data.families=[gcd, products]", "data.levels={products: [2]}", "data.n_heldout=12"])
+    cfg.data.n_train = 10
+    train, heldout = load_data(cfg, log=lambda *_: None)
+    problems, _ = load_dataset(DataSpec("default"), run_defaults(cfg), limit=None)
+    assert [p.id for p in problems] == [p.id for p in heldout]
+    cells = {(p.metadata["family"], p.metadata["difficulty"]) for p in train + heldout}
+    assert cells == {("gcd", 0), ("gcd", 1), ("products", 2)}
+    _, full = make_default_task(n_train=0, n_heldout=12, seed=0)
+    assert [p.id for p in problems] != [p.id for p in full]
+
+
 def test_a_hub_dataset_id_is_not_downloaded():
     with pytest.raises(FileNotFoundError, match=r"data someone/dataset: no such file or directory\. A hub dataset\?"):
         load_dataset(DataSpec("someone/dataset"), resolve_model("default").run, limit=None)

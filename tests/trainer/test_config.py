@@ -162,6 +162,10 @@ def test_round_trip():
             "rollout.planner=streaming",
             r"rollout.planner must be rounds with rollout.engine=hf .*use rollout.engine=vllm",
         ),
+        ("data.families=[gcd, fractions]", r"data.families: unknown family 'fractions'; valid families: \["),
+        ("data.levels={gcd: [2]}", r"data.levels\['gcd'\]: expected distinct level indices in 0..1, got \[2\]"),
+        ("data.families=[gcd] & data.levels={lcm: [0]}", r"data.levels: family 'lcm' is not among the chosen"),
+        ("data.train=x.jsonl & data.families=[gcd]", "data.families / data.levels choose the built-in task's"),
         ("rollout.stream_quorum=0", "rollout.stream_quorum must be a finite number > 0"),
         ("rollout.stream_quorum=1.5", r"rollout.stream_quorum must be in \(0, 1\]"),
         (

@@ -38,6 +38,10 @@ class RunDefaults:
     """data.heldout."""
     n_heldout: int
     """data.n_heldout."""
+    families: list[str] | None
+    """data.families (the built-in task's families)."""
+    levels: dict[str, list[int]] | None
+    """data.levels (the built-in task's levels)."""
     prompt_key: str | None
     """data.prompt_key."""
     answer_key: str | None
@@ -88,6 +92,8 @@ def run_defaults(cfg) -> RunDefaults:
         train=d.train,
         heldout=d.heldout,
         n_heldout=d.n_heldout,
+        families=d.families,
+        levels=d.levels,
         prompt_key=d.prompt_key,
         answer_key=d.answer_key,
         id_key=d.id_key,

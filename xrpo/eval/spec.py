@@ -175,8 +175,11 @@ def _default_heldout(run: RunDefaults, limit: int | None) -> tuple[list[Problem]
     elif run.train == "default":
         from xrpo.data.tasks import make_default_task
 
-        # the held-out split depends only on (n_heldout, seed): it is drawn before, and apart from, the training set
-        _, problems = make_default_task(n_train=0, n_heldout=run.n_heldout, seed=run.seed)
+        # the held-out split depends only on (n_heldout, seed, families, levels): it is drawn before, and apart
+        # from, the training set
+        _, problems = make_default_task(
+            n_train=0, n_heldout=run.n_heldout, seed=run.seed, families=run.families, levels=run.levels
+        )
         info = {
             "layout": "default task",
             "note": f"the built-in task's held-out split ({run.n_heldout} problems, seed {run.seed})",

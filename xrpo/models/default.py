@@ -20,6 +20,8 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,18 +36,53 @@ def default_model_dir(root: Path) -> Path:
     return Path(root) / CACHE_VERSION
 
 
+@dataclass(frozen=True)
+class WarmupTask:
+    """Which problems of the built-in task the warm-start learns from (the default: the default task's families).
+
+    Attributes:
+        families, levels: as `xrpo.data.tasks.make_default_task` takes them (None: the default task's).
+        problems: training problems drawn (with ``WARMUP_SEED``) before the held-out ones are removed.
+        heldout, heldout_seeds: the held-out splits (``heldout`` problems, drawn with each seed, same families and
+            levels) whose questions are removed, so that validation of runs with those seeds measures unseen
+            questions.
+    """
+
+    families: tuple[str, ...] | None = None
+    levels: Mapping[str, Sequence[int]] | None = None
+    problems: int = WARMUP_PROBLEMS
+    heldout: int = 200
+    heldout_seeds: tuple[int, ...] = (0,)
+
+    def as_dict(self) -> dict:
+        return {
+            "families": list(self.families) if self.families else None,
+            "levels": {k: list(v) for k, v in self.levels.items()} if self.levels else None,
+            "problems": self.problems,
+            "heldout": self.heldout,
+            "heldout_seeds": list(self.heldout_seeds),
+        }
+
+
 def ensure_default_model(root: Path, *, warmup_steps: int = 300, log=print) -> Path:
     """Return the cached default model directory, building it first if needed (atomically: tmp dir + rename)."""
     final = default_model_dir(root) / f"warmup-{warmup_steps}"
     if (final / "COMPLETE").exists():
         return final
     log(f"building the default model (once; cached in {final}) ...")
+    return build_model_dir(final, warmup_steps=warmup_steps, log=log)
+
+
+def build_model_dir(final: Path, *, warmup_steps: int, task: WarmupTask | None = None, log=print) -> Path:
+    """Build the tiny model warm-started on ``task`` into the directory ``final`` (a temporary directory renamed
+    into place, so a killed build leaves no half-written model); a model directory any `model.path` can name."""
+    final = Path(final)
     t0 = time.perf_counter()
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    model, tokenizer, stats = build_default_model(warmup_steps=warmup_steps, log=log)
+    model, tokenizer, stats = build_default_model(warmup_steps=warmup_steps, task=task, log=log)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     stats["build_seconds"] = time.perf_counter() - t0
@@ -54,17 +91,23 @@ def ensure_default_model(root: Path, *, warmup_steps: int = 300, log=print) -> P
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    log(f"default model ready in {stats['build_seconds']:.0f}s (warm-start loss {stats['final_loss']:.3f})")
+    log(f"model ready in {stats['build_seconds']:.0f}s (warm-start loss {stats['final_loss']:.3f})")
     return final
 
 
-def _warmup_examples(n: int) -> list[list[tuple[str, str]]]:
+def _warmup_examples(task: WarmupTask) -> list[list[tuple[str, str]]]:
     """Sequences of (prompt, answer) segments: single problems and 2-shot groups of the same family."""
     from xrpo.data.tasks import format_prompt, make_default_task
 
-    _, heldout = make_default_task(n_train=0, n_heldout=200, seed=0)
-    banned = {p.text for p in heldout}
-    pool, _ = make_default_task(n_train=n, n_heldout=0, seed=WARMUP_SEED)
+    banned: set[str] = set()
+    for seed in task.heldout_seeds:
+        _, heldout = make_default_task(
+            n_train=0, n_heldout=task.heldout, seed=seed, families=task.families, levels=task.levels
+        )
+        banned |= {p.text for p in heldout}
+    pool, _ = make_default_task(
+        n_train=task.problems, n_heldout=0, seed=WARMUP_SEED, families=task.families, levels=task.levels
+    )
     pool = [p for p in pool if p.text not in banned]
     rng = random.Random(WARMUP_SEED)
     by_family: dict[str, list] = {}
@@ -91,7 +134,7 @@ def _length_buckets(encoded: list, batch_size: int, steps: int, rng: random.Rand
     order: list[int] = []
     window = batch_size * 32
     while len(out) < steps:
-        if len(order) < window:
+        while len(order) < window:  # a pool smaller than a window is repeated within it
             fresh = list(range(len(encoded)))
             rng.shuffle(fresh)
             order += fresh
@@ -103,10 +146,19 @@ def _length_buckets(encoded: list, batch_size: int, steps: int, rng: random.Rand
     return out[:steps]
 
 
-def build_default_model(*, warmup_steps: int, batch_size: int = 64, lr: float = 1e-3, seed: int = 0, log=print):
+def build_default_model(
+    *,
+    warmup_steps: int,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    seed: int = 0,
+    task: WarmupTask | None = None,
+    log=print,
+):
     from xrpo.models.tiny import build_tiny_model, build_tiny_tokenizer
 
-    seqs = _warmup_examples(WARMUP_PROBLEMS)
+    task = task or WarmupTask()
+    seqs = _warmup_examples(task)
     texts = ["".join(p + a for p, a in s) for s in seqs]
     tokenizer = build_tiny_tokenizer(texts)
     torch.manual_seed(seed)
@@ -167,4 +219,6 @@ def build_default_model(*, warmup_steps: int, batch_size: int = 64, lr: float = 
         "train_seconds": time.perf_counter() - t0,
         "parameters": sum(p.numel() for p in model.parameters()),
     }
+    if task != WarmupTask():
+        stats["task"] = task.as_dict()
     return model, tokenizer, stats

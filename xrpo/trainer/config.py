@@ -85,6 +85,11 @@ class DataConfig:
     """Default task only: number of training problems."""
     n_heldout: int = 200
     """Default task only: number of held-out problems (also caps a user held-out file)."""
+    families: list[str] | None = None
+    """Default task only: the reasoning-gym families drawn (xrpo.data.tasks.FAMILIES; None: DEFAULT_FAMILIES)."""
+    levels: dict[str, list[int]] | None = None
+    """Default task only: difficulty levels drawn per family, e.g. {products: [2]} (a family left out: all its
+    levels). The held-out split is drawn from the same families and levels."""
     prompt_template: str | None = None
     """Format string with {prompt} applied to each problem's text before the chat template, e.g.
     "{prompt} Put the final answer in \\boxed{}." (None: "Q: {prompt}\nA:" for the default task, "{prompt}"
@@ -219,6 +224,23 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
 
+    def _check_task(self) -> None:
+        d = self.data
+        if d.families is None and d.levels is None:
+            return
+        if d.train != "default":
+            raise ValueError(
+                f"data.families / data.levels choose the built-in task's problems; data.train is {d.train!r}, "
+                "not 'default': remove them"
+            )
+        from xrpo.data.tasks import make_default_task
+
+        try:  # no problem is drawn at n = 0: this checks the names and levels only
+            make_default_task(n_train=0, n_heldout=0, families=d.families, levels=d.levels)
+        except (ValueError, TypeError, AttributeError) as e:
+            named = str(e).startswith(("families", "levels"))
+            raise ValueError(f"data.{e}" if named else f"data.levels: {e}") from None
+
     def validate(self) -> TrainConfig:
         """Cross-field checks; raises ValueError naming the field."""
         m, r, o = self.method, self.rollout, self.optim
@@ -226,6 +248,7 @@ class TrainConfig:
         _check(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1", r.prompts_per_step)
         check_knobs(m, "method.")
         check_knobs(r, "rollout.")
+        self._check_task()
         if m.sampler == "tree":
             _check(
                 r.rollouts_per_step >= r.prompts_per_step,

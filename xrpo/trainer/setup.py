@@ -25,7 +25,9 @@ def load_data(cfg: TrainConfig, log=print) -> tuple[list[Problem], list[Problem]
     if d.train == "default":
         from xrpo.data.tasks import make_default_task
 
-        train, heldout = make_default_task(n_train=d.n_train, n_heldout=d.n_heldout, seed=cfg.seed)
+        train, heldout = make_default_task(
+            n_train=d.n_train, n_heldout=d.n_heldout, seed=cfg.seed, families=d.families, levels=d.levels
+        )
         if d.heldout:
             heldout = _load(d.heldout, d)[: d.n_heldout]
     else:
