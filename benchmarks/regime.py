@@ -6,7 +6,7 @@
 
 On the training problems (the first --prompts of the run's training split), with the run's sampling settings:
   1. base: n_base plain rollouts per prompt; share of groups with zero reward variance (all right or all wrong),
-     the spread of per-prompt success rates (histogram over base + extra rollouts);
+     the spread of per-prompt success rates (prompts by number of successes in base + extra rollouts);
   2. corpus: the verified correct base rollouts, loaded once at the start as the paper loads "baseline-correct
      solutions" (each prompt's own entry is never retrieved for it); --corpus-out writes them as a seed-solution
      file for `rollout.icl_corpus`;
@@ -173,7 +173,7 @@ def measure(
         }
 
     diff, half = paired_t(list((c_icl - c_plain) / extra)) if hard else (float("nan"), float("nan"))
-    hist, edges = np.histogram(rate, bins=np.linspace(0, 1, 11))
+    successes = np.bincount(c_base + c_more, minlength=n_base + extra + 1)
     cells: dict[str, list[float]] = {}
     for p, x in zip(train, rate):
         md = p.metadata or {}
@@ -188,7 +188,7 @@ def measure(
         "all_wrong_at_n_base": float(np.mean(never)),
         "all_right_at_n_base": float(np.mean(c_base == n_base)),
         "mean_reward": float(rate.mean()),
-        "success_rate_histogram": {"edges": [float(e) for e in edges], "counts": [int(h) for h in hist]},
+        "prompts_by_successes": [int(x) for x in successes],
         "mean_reward_by_cell": {k: float(np.mean(v)) for k, v in sorted(cells.items())},
         "corpus_problems": len(corpus),
         "hard_prompts": len(hard),
@@ -205,8 +205,7 @@ def measure(
 
 
 def markdown(m: dict, label: str) -> str:
-    h = m["success_rate_histogram"]
-    bins = " ".join(f"{c}" for c in h["counts"])
+    bins = " ".join(str(c) for c in m["prompts_by_successes"])
     pl, ic = m["plain"], m["icl"]
 
     def ci(x):
@@ -225,7 +224,8 @@ def markdown(m: dict, label: str) -> str:
 
 HEADER = (
     "| regime | held-out pass@1 | zero-variance groups (n_base) | mean reward | prompts at 0/n_base | plain success "
-    "per rollout [95%] | ICL success per rollout [95%] | flip rate plain / ICL | success-rate histogram (10 bins) |\n"
+    "per rollout [95%] | ICL success per rollout [95%] | flip rate plain / ICL | prompts with 0, 1, ... successes "
+    "of n_base + extra |\n"
     "|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     label = args.label or " ".join([args.config or "default"] + args.overrides)
     print(HEADER)
     print(markdown(m, label))
-    print(json.dumps({k: v for k, v in m.items() if k != "success_rate_histogram"}, indent=1))
+    print(json.dumps(m, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(m, indent=1))
     return 0
