@@ -331,6 +331,43 @@ def run_figures(run: Run) -> dict[str, Any]:
         "prompt_steps": prompt_steps,
         "icl": bool(cfg["method"].get("icl")),
         "hrp": cfg["method"].get("allocation") == "hrp",
+        "signal": group_signal(run.rounds),
+    }
+
+
+def group_signal(rounds: Sequence[dict]) -> dict[str, float] | None:
+    """Where a run's rollouts had a learning signal, from its rounds.jsonl: each step's groups (a prompt's rollouts
+    over every round of the step: n = sum of its allocations, c = sum of its successes). A group whose rewards all
+    agree (c = 0 or c = n) has zero GRPO advantage for every rollout, and sharpening (a bonus capped by kappa * A)
+    cannot change that, so a rollout has a non-zero advantage exactly when its group has 0 < c < n.
+
+    Returns, over the run: ``nonzero_share`` (rollouts in groups with reward variance / rollouts generated),
+    ``zero_variance_groups`` (share of groups), ``nonzero_per_step`` (rollouts with a non-zero advantage per step),
+    or None when the run logged no rounds (a resumed step's rows are rewritten identically; the last is kept)."""
+    rows: dict[tuple, dict] = {}
+    for r in rounds:
+        if "successes" not in r or "alloc" not in r:
+            continue  # a round logged without its outcomes (older runs): nothing to count
+        rows[(int(r["step"]), int(r.get("round", 0)), tuple(r.get("problems") or ()), r.get("batch"))] = r
+    groups: dict[tuple[int, str], list[int]] = {}
+    for (step, _, problems, batch), r in rows.items():
+        ids = list(problems) or [str(i) for i in range(len(r["alloc"]))]
+        for pid, n, c in zip(ids, r["alloc"], r["successes"]):
+            g = groups.setdefault((step, f"{batch}/{pid}"), [0, 0])
+            g[0] += int(n)
+            g[1] += int(c)
+    if not groups:
+        return None
+    n = np.array([g[0] for g in groups.values()], dtype=float)
+    c = np.array([g[1] for g in groups.values()], dtype=float)
+    live = n > 0
+    n, c = n[live], c[live]
+    mixed = (c > 0) & (c < n)
+    steps = len({k[0] for k in groups})
+    return {
+        "nonzero_share": float(n[mixed].sum() / n.sum()),
+        "zero_variance_groups": float(1.0 - mixed.mean()),
+        "nonzero_per_step": float(n[mixed].sum() / steps),
     }
 
 
@@ -417,6 +454,8 @@ def aggregate(runs: dict[str, list[Run]], *, target: float | None = None, seeds:
         d["seeded_share"] = _stat_of(
             fs, lambda f: f["seeded_prompt_steps"] / f["prompt_steps"] if f["prompt_steps"] else None
         ).as_dict()
+        for name in ("nonzero_share", "zero_variance_groups", "nonzero_per_step"):
+            d[name] = _stat_of(fs, lambda f, n=name: f["signal"][n] if f["signal"] else None).as_dict()
         d["eval_length"] = _stat_of(fs, lambda f: f["final"].get("eval/response_length_mean")).as_dict()
         d["eval_truncation"] = _stat_of(fs, lambda f: f["final"].get("eval/truncation_rate")).as_dict()
         d["zero_extra_share"] = _stat_of(
@@ -701,6 +740,41 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         )
         L.append("")
 
+    # ---------------------------------------------------------------- learning signal
+    sig = [m for m in order if M[m]["nonzero_share"]["n"]]
+    if sig:
+        L.append("## Learning signal: rollouts with a non-zero advantage (issue #19's first target)")
+        L.append("")
+        L.append(
+            "From each run's rounds.jsonl: a step's group is a prompt's rollouts over every round of the step; a "
+            "group whose rewards all agree gives every rollout of it a zero advantage (sharpening's bonus is capped by "
+            "kappa times the advantage, so it cannot change that). Share = rollouts in groups with reward variance / "
+            "rollouts generated (DAPO: over every generation batch, kept or not)."
+        )
+        L.append("")
+        g = M.get("grpo", {}).get("nonzero_share", {})
+        rows = [
+            [
+                _label(m),
+                _cell(M[m]["nonzero_share"], 100, 1),
+                _rel_share(M[m]["nonzero_share"], g) if m != "grpo" else "—",
+                _cell(M[m]["nonzero_per_step"], 1, 1),
+                _cell(M[m]["zero_variance_groups"], 100, 1),
+            ]
+            for m in sig
+        ]
+        L += _table(
+            [
+                "Method",
+                "rollouts with a non-zero advantage (% of generated)",
+                "relative to GRPO",
+                "per step",
+                "groups with zero reward variance (%)",
+            ],
+            rows,
+        )
+        L.append("")
+
     # ---------------------------------------------------------------- allocation
     hrp = [m for m in order if M[m]["hrp"]]
     if hrp:
@@ -863,6 +937,12 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         L.append(f"- {f}")
     L.append("")
     return "\n".join(L)
+
+
+def _rel_share(d: dict, g: dict) -> str:
+    if not d.get("n") or not g.get("n") or not g.get("mean"):
+        return "—"
+    return f"{d['mean'] / g['mean']:.3f}x"
 
 
 def _signed(d: dict) -> str:

@@ -19,6 +19,25 @@ T975_2 = 4.302652729749462
 
 
 # ================================================================================================ statistics
+def test_group_signal_counts_a_prompts_rollouts_over_every_round_of_its_step(study_modules):
+    _, rep = study_modules
+    rounds = [
+        # step 1: base round and one planning round; prompt a: 0/4 then 1/2 -> mixed over the step (6 rollouts)
+        {"step": 1, "round": 0, "alloc": [4, 4], "successes": [0, 4], "problems": ["a", "b"]},
+        {"step": 1, "round": 1, "alloc": [2, 0], "successes": [1, 0], "problems": ["a", "b"]},
+        # step 2: two generation batches of other prompts (DAPO's refill): c mixed (8), d and e all wrong (8 + 8)
+        {"step": 2, "round": 0, "alloc": [8, 8], "successes": [3, 0], "problems": ["c", "d"], "batch": 0},
+        {"step": 2, "round": 0, "alloc": [8], "successes": [0], "problems": ["e"], "batch": 1},
+        # a resumed step's row, written again identically: counted once
+        {"step": 2, "round": 0, "alloc": [8], "successes": [0], "problems": ["e"], "batch": 1},
+        {"step": 3, "round": 0, "alloc": [4]},  # no outcomes logged: skipped
+    ]
+    got = rep.group_signal(rounds)
+    # groups a (6, mixed), b (4, all right), c (8, mixed), d (8), e (8): 14 of 34 rollouts, 3 of 5 groups flat
+    assert got == {"nonzero_share": 14 / 34, "zero_variance_groups": 3 / 5, "nonzero_per_step": 14 / 2}
+    assert rep.group_signal([{"step": 1, "round": 0, "alloc": [4]}]) is None
+
+
 def test_mean_ci_hand(study_modules):
     _, rep = study_modules
     s = rep.mean_ci([0.1, 0.2, 0.3])
