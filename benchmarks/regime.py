@@ -104,11 +104,14 @@ def measure(
     )
     t0 = time.perf_counter()
 
+    def draw(problems, n: int, offset: int, **kw):
+        """``n`` samples per problem, each call from its own seed (the run's seed + ``offset``)."""
+        params = dataclasses.replace(base, seed=cfg.seed + offset)
+        return sample_and_score(problems, engine, verifier, renderer, n=n, sampling=params, **kw)
+
     # 1. base groups, and as many more plain rollouts (the group-size-2*n_base view and the plain arm of 3.)
-    _, recs = sample_and_score(train, engine, verifier, renderer, n=n_base, sampling=base, keep_text=True)
-    _, more = sample_and_score(
-        train, engine, verifier, renderer, n=extra, sampling=dataclasses.replace(base, seed=cfg.seed + 1)
-    )
+    _, recs = draw(train, n_base, 0, keep_text=True)
+    _, more = draw(train, extra, 1)
     c_base = np.array([d["c"] for d in recs])
     c_more = np.array([d["c"] for d in more])
     rate = (c_base + c_more) / (n_base + extra)
@@ -129,37 +132,17 @@ def measure(
         corpus.add_many([i[0] for i in items], [i[1] for i in items], [i[2] for i in items], [0] * len(items))
 
     # 3. the prompts at 0/n_base: plain (already drawn) vs ICL-seeded extras
-    hard = [i for i in np.flatnonzero(never)]
+    hard = [int(i) for i in np.flatnonzero(never)]
     hard_problems = [train[i] for i in hard]
     examples = corpus.retrieve_many([p.id for p in hard_problems], [p.text for p in hard_problems], k=cfg.method.icl_k)
     icl_texts = [renderer.render_icl(p, ex).text for p, ex in zip(hard_problems, examples)]
     with_ex = [len(ex) > 0 for ex in examples]
-    _, icl = (
-        sample_and_score(
-            hard_problems,
-            engine,
-            verifier,
-            renderer,
-            n=extra,
-            sampling=dataclasses.replace(base, seed=cfg.seed + 2),
-            prompts=icl_texts,
-        )
-        if hard
-        else (None, [])
-    )
+    _, icl = draw(hard_problems, extra, 2, prompts=icl_texts) if hard else (None, [])
     c_icl = np.array([d["c"] for d in icl], dtype=int)
     c_plain = c_more[hard] if hard else np.array([], dtype=int)
 
     # 4. held-out pass@1
-    ev, _ = sample_and_score(
-        heldout,
-        engine,
-        verifier,
-        renderer,
-        n=eval_samples,
-        sampling=dataclasses.replace(base, seed=cfg.seed + 3),
-        ks=[1],
-    )
+    ev, _ = draw(heldout, eval_samples, 3, ks=[1])
     seconds = time.perf_counter() - t0
 
     def arm(c: np.ndarray) -> dict:
