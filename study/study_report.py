@@ -757,7 +757,7 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
             [
                 _label(m),
                 _cell(M[m]["nonzero_share"], 100, 1),
-                _rel_share(M[m]["nonzero_share"], g) if m != "grpo" else "—",
+                _ratio(M[m]["nonzero_share"]["mean"], g.get("mean"), digits=3, unit="x") if m != "grpo" else "—",
                 _cell(M[m]["nonzero_per_step"], 1, 1),
                 _cell(M[m]["zero_variance_groups"], 100, 1),
             ]
@@ -939,12 +939,6 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
     return "\n".join(L)
 
 
-def _rel_share(d: dict, g: dict) -> str:
-    if not d.get("n") or not g.get("n") or not g.get("mean"):
-        return "—"
-    return f"{d['mean'] / g['mean']:.3f}x"
-
-
 def _signed(d: dict) -> str:
     if d["n"] == 0 or d["mean"] is None:
         return "—"
@@ -958,10 +952,10 @@ def _rel(a, b) -> str:
     return f"{100 * (a - b) / b:+.1f}%"
 
 
-def _ratio(a, b) -> str:
+def _ratio(a, b, digits: int = 2, unit: str = "") -> str:
     if a is None or b is None or not b:
         return "—"
-    return f"{a / b:.2f}"
+    return f"{a / b:.{digits}f}{unit}"
 
 
 def _excludes_zero(d: dict) -> bool | None:
