@@ -393,6 +393,16 @@ def budget_differences(runs: dict[str, list[Run]]) -> dict[str, list]:
     return {k: sorted(v) for k, v in flat.items() if len(v) > 1}
 
 
+def target_within_noise(target: dict) -> bool:
+    """True when the target is GRPO's final pass@1 and GRPO's own gain over its start (final - before, paired by
+    seed) has a 95% interval reaching 0: the target is then not told apart from the starting accuracy, and steps to
+    it measure seed noise, not speed. Unknown (one seed, or a --target given) is False."""
+    g = target.get("grpo_gain")
+    if not g or g["mean"] is None or g["ci95"] is None:
+        return False
+    return g["mean"] - g["ci95"] <= 0
+
+
 def aggregate(runs: dict[str, list[Run]], *, target: float | None = None, seeds: Sequence[int] = ()) -> dict:
     """Every number the report shows, JSON-ready. ``target`` None: GRPO's final mean pass@1 (see module doc)."""
     all_runs = [r for rs in runs.values() for r in rs]
@@ -407,6 +417,10 @@ def aggregate(runs: dict[str, list[Run]], *, target: float | None = None, seeds:
         out["target"] = {
             "value": float(np.mean([f["final"][p1] for f in figs["grpo"]])),
             "rule": "GRPO's final held-out pass@1, mean over its seeds",
+            # GRPO's own gain (final - before, per seed): a target within noise of the start times noise
+            "grpo_gain": mean_ci(
+                [f["final"][p1] - f["before"][p1] for f in figs["grpo"] if p1 in f["before"]]
+            ).as_dict(),
         }
     else:
         out["target"] = {"value": None, "rule": "none: GRPO was not run and --target was not given"}
@@ -700,6 +714,15 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
             L.append(
                 "**The target is not above the accuracy before training**: every method reaches it at step 0 "
                 "and the speed-ups say nothing."
+            )
+        elif target_within_noise(t):
+            g = t["grpo_gain"]
+            L.append("")
+            L.append(
+                f"**GRPO's own gain is within seed noise** ({100 * g['mean']:+.2f} ± {100 * g['ci95']:.2f} points, "
+                f"final − before, paired over {g['n']} seeds; the interval includes 0): the target cannot be told "
+                "apart from the accuracy before training, so the steps below and the speed-ups measure noise, not "
+                "speed."
             )
         L.append("")
         rows = []
@@ -1015,6 +1038,8 @@ def findings(agg: dict, order: Sequence[str]) -> list[str]:
             out.append(f"XRPO did not reach the target pass@1 within the run; GRPO reached it at step {g:.1f}.")
         else:
             out.append("XRPO was at or above the target pass@1 before training.")
+        if sp["bound"] != "inf" and target_within_noise(agg["target"]):
+            out[-1] += " GRPO's own gain is within seed noise, so this is not a difference in speed."
     if "xrpo" in M and M["xrpo"]["hrp"]:
         out.append(
             f"XRPO's allocation was non-uniform in {_cell(M['xrpo']['nonuniform_share'], 100, 1)}% of "

@@ -383,6 +383,35 @@ def test_aggregate_and_markdown_on_synthetic_runs(study_modules, fake_study):
     assert "XRPO − GRPO: pass@1 +5.00 ± 0.00 (the interval excludes 0)" in md
 
 
+def test_a_target_within_grpos_seed_noise_is_flagged(study_modules, fake_study, tmp_path):
+    """Steps to GRPO's final accuracy only time learning when GRPO's own gain is told apart from its start."""
+    _, rep = study_modules
+    meta = {"methods": ["grpo", "xrpo"], "setup_lines": []}
+    note = "**GRPO's own gain is within seed noise**"
+    # fake_study: GRPO from .05 to .10/.20/.30: gains .05/.15/.25, 15.00 ± t(.975, 2) = 4.3027 x 10 / sqrt(3) = 24.84 points
+    agg = rep.aggregate(rep.load_runs(fake_study, ["grpo", "xrpo"], [0, 1, 2]))
+    g = agg["target"]["grpo_gain"]
+    assert (g["mean"], g["ci95"], g["n"]) == (pytest.approx(0.15), pytest.approx(0.248414, abs=1e-6), 3)
+    assert rep.target_within_noise(agg["target"])
+    md = rep.render_markdown(agg, meta, {})
+    assert f"{note} (+15.00 ± 24.84 points, final − before, paired over 3 seeds" in md
+    assert "GRPO at 20.0: 2.67× (paper: 2.4–2.7×). GRPO's own gain is within seed noise" in md
+    # GRPO from .05 to .20/.21/.22: gains .15/.16/.17, 16.00 ± 2.48: a real gain, no note
+    out = tmp_path / "learnt"
+    for seed, final in zip((0, 1, 2), (0.20, 0.21, 0.22)):
+        _fake_run(out, "grpo", seed, final, {0: 0.05, 10: 0.10}, step_s=1.0)
+        _fake_run(out, "xrpo", seed, final + 0.05, {0: 0.05, 10: 0.25}, step_s=1.0)
+    agg = rep.aggregate(rep.load_runs(out, ["grpo", "xrpo"], [0, 1, 2]))
+    assert agg["target"]["grpo_gain"]["ci95"] == pytest.approx(0.0248414, abs=1e-7)
+    assert not rep.target_within_noise(agg["target"])
+    md = rep.render_markdown(agg, meta, {})
+    assert note not in md and "within seed noise, so" not in md
+    # a target given with --target carries no GRPO gain: never flagged
+    assert not rep.target_within_noise(
+        rep.aggregate(rep.load_runs(fake_study, ["grpo"], [0, 1, 2]), target=0.2)["target"]
+    )
+
+
 def test_budget_differences_are_reported(study_modules, fake_study):
     _, rep = study_modules
     d = fake_study / "grpo" / "seed1" / "config.yaml"
