@@ -14,6 +14,8 @@ import yaml
 from xrpo.algo.presets import list_presets
 from xrpo.trainer.config import build_config, to_dict
 
+ROOT = Path(__file__).resolve().parents[2]
+
 # t_{0.975, 2} = 4.302652729749462 (scipy.stats.t.ppf(0.975, 2))
 T975_2 = 4.302652729749462
 
@@ -186,9 +188,18 @@ def test_every_method_gets_the_same_overrides_but_its_name(study_modules, tmp_pa
     assert cfgs[0].eval_samples == 8 and cfgs[0].eval_k == [1, 4, 8] and cfgs[0].data.n_heldout == 50
 
 
-def test_gpu_config_builds_for_every_preset(study_modules, tmp_path):
+STUDY_CONFIGS = [
+    "configs/study_gpu.yaml",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "study").glob("*.yaml")),
+]
+
+
+@pytest.mark.parametrize("config", STUDY_CONFIGS)
+def test_study_configs_build_for_every_preset(study_modules, tmp_path, config):
+    """Every study config shipped (the GPU one, the regime, the SmolLM2 slice) is accepted by run_study (it sets no
+    key the study owns) and builds a valid trainer config for every method."""
     study, _ = study_modules
-    path = str(Path(study.ROOT) / "configs" / "study_gpu.yaml")
+    path = str(Path(study.ROOT) / config)
     args = study.parse_args(
         [
             "--methods",
@@ -212,9 +223,10 @@ def test_gpu_config_builds_for_every_preset(study_modules, tmp_path):
         ]
     )
     study.check_overrides(args.config_overrides, args.config)
+    budget = (yaml.safe_load(Path(path).read_text()).get("rollout") or {}).get("rollouts_per_step", 128)
     for spec in study.plan(args):
         cfg = build_config(args.config, spec.overrides)
-        assert cfg.method.name == spec.method and cfg.rollout.rollouts_per_step == 128
+        assert cfg.method.name == spec.method and cfg.rollout.rollouts_per_step == budget
         assert cfg.eval_samples == 32 and cfg.eval_k == [1, 4, 8, 16, 32] and cfg.steps == 300
 
 
@@ -388,7 +400,7 @@ def test_a_target_within_grpos_seed_noise_is_flagged(study_modules, fake_study, 
     _, rep = study_modules
     meta = {"methods": ["grpo", "xrpo"], "setup_lines": []}
     note = "**GRPO's own gain is within seed noise**"
-    # fake_study: GRPO from .05 to .10/.20/.30: gains .05/.15/.25, 15.00 ± t(.975, 2) = 4.3027 x 10 / sqrt(3) = 24.84 points
+    # fake_study: GRPO from .05 to .10/.20/.30: gains .05/.15/.25, 15.00 ± 4.3027 (t, 2 df) x 10 / sqrt(3) = 24.84
     agg = rep.aggregate(rep.load_runs(fake_study, ["grpo", "xrpo"], [0, 1, 2]))
     g = agg["target"]["grpo_gain"]
     assert (g["mean"], g["ci95"], g["n"]) == (pytest.approx(0.15), pytest.approx(0.248414, abs=1e-6), 3)
