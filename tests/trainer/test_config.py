@@ -11,6 +11,7 @@ from xrpo.trainer.config import (
     SECTIONS,
     MethodConfig,
     TrainConfig,
+    _flatten,
     build_config,
     field_docs,
     from_dict,
@@ -206,18 +207,8 @@ def test_missing_config_file(tmp_path):
 def test_every_shipped_config_builds(path):
     """The YAML configs the repository ships (configs/, study/) stay valid as knobs change: each builds and
     validates (a renamed or removed field would fail here, naming it)."""
-    loaded = to_dict(build_config(str(ROOT / path)))
-
-    def leaves(d, prefix=""):
-        for k, v in d.items():
-            if isinstance(v, dict):
-                yield from leaves(v, f"{prefix}{k}.")
-            else:
-                yield f"{prefix}{k}", v
-
-    # every value the file sets is the value the run gets (none dropped or renamed on the way)
-    for key, value in leaves(yaml.safe_load((ROOT / path).read_text())):
-        got = loaded
-        for part in key.split("."):
-            got = got[part]
-        assert got == value, (path, key, got, value)
+    loaded = _flatten(to_dict(build_config(str(ROOT / path))))
+    # every value the file sets is the value the run gets (none dropped or renamed on the way); keys as the config
+    # loader reads them (section.field)
+    for key, value in _flatten(yaml.safe_load((ROOT / path).read_text())).items():
+        assert loaded[key] == value, (path, key, loaded[key], value)
