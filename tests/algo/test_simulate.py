@@ -24,6 +24,8 @@ from xrpo.algo.simulate import (
     icl_success_prob,
     latency_ratio,
     mean_ci,
+    mixture_moment,
+    mixture_zero_variance_share,
     nonzero_variance_prob,
     oracle_allocation,
     outcome_from_phased,
@@ -387,6 +389,31 @@ def test_sample_mixture():
         sample_mixture([0.5, 0.5], [0.0, 1.5], 3, rng)
     with pytest.raises(ValueError, match="component 0: Beta parameters"):
         sample_mixture([1.0], [(0.0, 1.0)], 3, rng)
+
+
+def test_mixture_moments_hand():
+    w, comps = [0.25, 0.75], [0.0, (2.0, 6.0)]
+    # E[p] = 0.75 * 2/8; E[p^2] = 0.75 * (2 * 3) / (8 * 9)
+    assert mixture_moment(w, comps, 0) == pytest.approx(1.0, abs=1e-15)
+    assert mixture_moment(w, comps, 1) == pytest.approx(0.1875, abs=1e-15)
+    assert mixture_moment(w, comps, 2) == pytest.approx(0.0625, abs=1e-15)
+    # groups of 2 all equal: p = 0 always (0.25); Beta(2, 6): E[p^2] + E[(1-p)^2] = 6/72 + 42/72 (1 - p ~ Beta(6, 2))
+    assert mixture_zero_variance_share(w, comps, 2) == pytest.approx(0.25 + 0.75 * 48 / 72, abs=1e-15)
+    assert mixture_zero_variance_share([0.5, 0.5], [0.3, 1.0], 3) == pytest.approx(
+        0.5 * (0.3**3 + 0.7**3) + 0.5, abs=1e-15
+    )
+    assert mixture_zero_variance_share(w, comps, 1) == 1.0
+    # the same figure from sampled rates and the per-prompt probability the simulator uses
+    p = sample_mixture(w, comps, 400000, np.random.default_rng(3))
+    for n in (4, 8):
+        mc = 1.0 - nonzero_variance_prob(p, n).mean()
+        assert abs(mixture_zero_variance_share(w, comps, n) - mc) < 0.003
+    with pytest.raises(ValueError, match="summing to 1"):
+        mixture_moment([0.5, 0.4], [0.0, 1.0], 2)
+    with pytest.raises(ValueError, match="component 1: Beta parameters"):
+        mixture_zero_variance_share([0.5, 0.5], [0.0, (1.0, -1.0)], 2)
+    with pytest.raises(ValueError, match=r"component 0: a fixed success rate must lie in \[0, 1\]"):
+        mixture_moment([1.0], [1.2], 2)
 
 
 def test_fit_success_rate_mixture_recovers_a_known_mixture():

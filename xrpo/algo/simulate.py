@@ -52,6 +52,8 @@ __all__ = [
     "icl_success_prob",
     "latency_ratio",
     "mean_ci",
+    "mixture_moment",
+    "mixture_zero_variance_share",
     "nonzero_variance_prob",
     "oracle_allocation",
     "outcome_from_phased",
@@ -251,6 +253,43 @@ def nonzero_variance_prob(p, n):
     # P(0 < successes < n) = 1 - p^n - (1 - p)^n   (n = 0 gives 1 - 1 - 1 < 0: clipped to 0 below)
     q = 1.0 - np.power(pp, nn) - np.power(1.0 - pp, nn)
     return np.where(nn >= 2, np.maximum(q, 0.0), 0.0)
+
+
+def mixture_moment(weights: Sequence[float], components: Sequence, n: int) -> float:
+    """E[p^n] for p drawn from a mixture of Beta distributions and point masses (:func:`sample_mixture`'s arguments).
+
+    Exact: a point mass x contributes x^n, Beta(a, b) contributes prod_{i<n} (a + i) / (a + b + i).
+    """
+    n = _int(n, "n", 0)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.shape[0] != len(components) or np.any(w < 0) or abs(w.sum() - 1.0) > 1e-9:
+        raise ValueError(f"weights must be >= 0, one per component ({len(components)}), summing to 1; got {weights!r}")
+    total = 0.0
+    for c, (wc, comp) in enumerate(zip(w, components)):
+        if isinstance(comp, (tuple, list)):
+            a, b = (float(x) for x in comp)
+            if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+                raise ValueError(f"component {c}: Beta parameters must be finite and > 0, got ({a}, {b})")
+            m = 1.0
+            for i in range(n):
+                m *= (a + i) / (a + b + i)
+        else:
+            x = float(comp)
+            if not 0.0 <= x <= 1.0:
+                raise ValueError(f"component {c}: a fixed success rate must lie in [0, 1], got {comp!r}")
+            m = x**n
+        total += float(wc) * m
+    return total
+
+
+def mixture_zero_variance_share(weights: Sequence[float], components: Sequence, n: int) -> float:
+    """Expected share of groups of n rollouts whose rewards are all equal, E[p^n + (1 - p)^n], for p drawn from the
+    mixture (1 - p of Beta(a, b) is Beta(b, a)); 1 for n <= 1, as :func:`nonzero_variance_prob` gives 0 there."""
+    n = _int(n, "n", 0)
+    if n <= 1:
+        return 1.0
+    flipped = [(c[1], c[0]) if isinstance(c, (tuple, list)) else 1.0 - float(c) for c in components]
+    return mixture_moment(weights, components, n) + mixture_moment(weights, flipped, n)
 
 
 def expected_informative_rollouts(p, n):
