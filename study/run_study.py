@@ -335,6 +335,7 @@ def make_report(args, log=print) -> Path:
     if not runs:
         raise StudyError(f"no finished runs under {args.out} for methods {', '.join(args.methods)}")
     agg = report.aggregate(runs, target=args.target, seeds=args.seeds)
+    agg["simulated"] = report.simulator_prediction(runs)
     meta = {
         "methods": list(args.methods),
         "setup_lines": setup_lines(args, runs),

@@ -371,6 +371,77 @@ def group_signal(rounds: Sequence[dict]) -> dict[str, float] | None:
     }
 
 
+# ================================================================================================ simulator
+SIM_METHODS = {
+    "uniform": "GRPO",
+    "hrp": "HRP proportional",
+    "hrp-greedy": "HRP greedy",
+    "cures": "CurES",
+    "oracle": "best allocation in hindsight",
+}
+
+
+def simulator_prediction(runs: dict[str, list[Run]], steps: int = 1000) -> dict | None:
+    """What `xrpo simulate` predicts from the success rates GRPO measured, beside what training showed (issue #19,
+    item 3). For each GRPO seed, its rounds.jsonl's per-problem counts (pooled over the run, Beta-mixture fit, as
+    ``xrpo simulate --rounds-file``) are simulated with that run's step (prompts, rollouts) and the planning knobs of
+    the study's HRP runs (n_base, rounds, alpha, lambda, mode, cap: the first run whose method allocates by HRP),
+    seeded by the run's seed. The simulator's ICL is off: its "hrp" is the planner alone, which is what XRPO's
+    share would be if ICL-seeded rollouts succeeded exactly as often as plain ones.
+
+    Returns None without GRPO runs that logged per-prompt successes, or without an HRP run; else {"knobs", "fits"
+    (one fitted mixture per seed), "methods": {name: {"share": Stat dict of the predicted share of informative
+    rollouts over seeds, "vs_uniform": Stat dict of the predicted ratio to uniform}}, "hrp_method": the simulator
+    method standing for the HRP runs ("hrp" or "hrp-greedy")}.
+    """
+    from xrpo.sim.runner import SimConfig, simulate
+
+    hrp_runs = [r for rs in runs.values() for r in rs if r.config.get("method", {}).get("allocation") == "hrp"]
+    if not runs.get("grpo") or not hrp_runs:
+        return None
+    mc = hrp_runs[0].config["method"]
+    hrp_name = "hrp-greedy" if mc.get("alloc_mode") == "greedy" else "hrp"
+    names = ["uniform", hrp_name, "cures", "oracle"]
+    knobs = {
+        "n_base": int(mc["n_base"]),
+        "rounds": int(mc["plan_rounds"]),
+        "alpha": float(mc["alpha"]),
+        "lam": float(mc["lam"]),
+        "max_extra": mc.get("max_extra_per_prompt"),
+    }
+    per: dict[str, dict[str, list[float]]] = {m: {"share": [], "ratio": []} for m in names}
+    fits = []
+    for r in runs["grpo"]:
+        ro = r.config.get("rollout", {})
+        cfg = SimConfig(
+            rounds_file=str(r.path / "rounds.jsonl"),
+            methods=names,
+            prompts=int(ro["prompts_per_step"]),
+            rollouts=int(ro["rollouts_per_step"]),
+            steps=steps,
+            seed=r.seed,
+            **knobs,
+        )
+        try:
+            res = simulate(cfg, latency=False)
+        except (ValueError, FileNotFoundError):
+            return None  # a run without per-prompt successes: nothing to fit
+        fits.append(res["distribution"].get("fitted_dist"))
+        for m in names:
+            row = res["methods"][m]
+            per[m]["share"].append(row["informative_share"]["mean"])
+            per[m]["ratio"].append(row["vs_uniform"]["informative_share"]["ratio"])
+    return {
+        "knobs": {**knobs, "steps": steps},
+        "fits": fits,
+        "hrp_method": hrp_name,
+        "methods": {
+            m: {"share": mean_ci(v["share"]).as_dict(), "vs_uniform": mean_ci(v["ratio"]).as_dict()}
+            for m, v in per.items()
+        },
+    }
+
+
 # ================================================================================================ aggregation
 def _stat_of(figs: list[dict], get) -> Stat:
     vals = [get(f) for f in figs]
@@ -797,6 +868,7 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
             rows,
         )
         L.append("")
+        L += _simulated_section(agg, order)
 
     # ---------------------------------------------------------------- allocation
     hrp = [m for m in order if M[m]["hrp"]]
@@ -960,6 +1032,55 @@ def render_markdown(agg: dict, meta: dict, figures: dict[str, str]) -> str:
         L.append(f"- {f}")
     L.append("")
     return "\n".join(L)
+
+
+def _simulated_section(agg: dict, order: Sequence[str]) -> list[str]:
+    """The simulator's prediction from GRPO's measured success rates beside the measured shares (issue #19, item 3)."""
+    sim = agg.get("simulated")
+    if not sim:
+        return []
+    M, P, k = agg["methods"], sim["methods"], sim["knobs"]
+    g = M.get("grpo", {}).get("nonzero_share", {})
+    fits = sorted({f for f in sim["fits"] if f})
+    L = [
+        "What `xrpo simulate` predicts from GRPO's own success rates (each GRPO seed's rounds.jsonl, per-problem "
+        "counts pooled over the run and fitted as a Beta mixture, as `xrpo simulate --rounds-file`; fits: "
+        + "; ".join(f"`{f}`" for f in fits)
+        + f"), with the HRP runs' knobs (n_base {k['n_base']}, {k['rounds']} rounds, alpha {k['alpha']:g}, lambda "
+        f"{k['lam']:g}), {k['steps']} simulated steps per seed, mean over GRPO's seeds. The simulator's HRP has no "
+        "ICL effect: an ICL-seeded rollout succeeding as often as a plain one. No learning happens in the simulator.",
+        "",
+    ]
+    rows = []
+    for name, measured in (
+        ("uniform", ["grpo"]),
+        (sim["hrp_method"], [m for m in order if M[m]["hrp"]]),
+        ("cures", [m for m in order if m == "cures"]),
+        ("oracle", []),
+    ):
+        pred = P[name]
+        pred_cells = [_cell(pred["share"], 100, 1), _cell(pred["vs_uniform"], 1, 3) if name != "uniform" else "—"]
+        label = SIM_METHODS[name]
+        if not measured:
+            rows.append([label, *pred_cells, "—", "—", "—"])
+        for m in measured:
+            if not M[m]["nonzero_share"]["n"]:
+                continue
+            rel = _ratio(M[m]["nonzero_share"]["mean"], g.get("mean"), digits=3, unit="x") if m != "grpo" else "—"
+            rows.append([label, *pred_cells, _label(m), _cell(M[m]["nonzero_share"], 100, 1), rel])
+    L += _table(
+        [
+            "allocation (simulated)",
+            "predicted share (% of generated)",
+            "predicted × GRPO",
+            "measured by",
+            "measured share (% of generated)",
+            "measured × GRPO",
+        ],
+        rows,
+    )
+    L.append("")
+    return L
 
 
 def _signed(d: dict) -> str:

@@ -535,3 +535,85 @@ def test_committed_results_page_has_the_markers(study_modules):
     text = (Path(study.ROOT) / "docs" / "results.md").read_text()
     assert text.count(rep.BEGIN) == 1 and text.count(rep.END) == 1
     assert text.index(rep.BEGIN) < text.index(rep.END)
+
+
+def test_simulator_prediction_is_xrpo_simulate_on_grpos_rounds(study_modules, tmp_path):
+    """Issue #19, item 3: the report's prediction is `xrpo simulate --rounds-file` on each GRPO run, with GRPO's
+    step and the HRP runs' own planning knobs, averaged over seeds; and it is shown beside the measured shares."""
+    import numpy as np
+
+    from xrpo.sim.runner import SimConfig, simulate
+
+    _, rep = study_modules
+    out = tmp_path / "runs"
+    rng = np.random.default_rng(0)
+    for seed in (0, 1):
+        rounds = [
+            {
+                "step": s,
+                "round": 0,
+                "alloc": [8, 8, 8, 8],
+                "seeded": [],
+                "flips": 0,
+                "problems": [f"p{(4 * s + j) % 12}" for j in range(4)],
+                "successes": [int(x) for x in rng.binomial(8, [0.0, 0.3, 0.6, 1.0])],
+            }
+            for s in range(1, 21)
+        ]
+        _fake_run(out, "grpo", seed, 0.2, {0: 0.1}, step_s=1.0, rounds=rounds)
+        _fake_run(out, "xrpo", seed, 0.25, {0: 0.1}, step_s=1.0, rounds=rounds)
+        cfg_file = out / "xrpo" / f"seed{seed}" / "config.yaml"
+        cfg = yaml.safe_load(cfg_file.read_text())
+        cfg["method"].update(lam=0.5, alloc_mode="greedy", n_base=3)
+        cfg_file.write_text(yaml.safe_dump(cfg))
+    runs = rep.load_runs(out, ["grpo", "xrpo"], [0, 1])
+    sim = rep.simulator_prediction(runs, steps=40)
+    assert sim["hrp_method"] == "hrp-greedy" and sim["knobs"]["lam"] == 0.5 and sim["knobs"]["n_base"] == 3
+    names = ["uniform", "hrp-greedy", "cures", "oracle"]
+    direct = [
+        simulate(
+            SimConfig(
+                rounds_file=str(out / "grpo" / f"seed{seed}"),
+                methods=names,
+                prompts=4,
+                rollouts=32,
+                n_base=3,
+                rounds=2,
+                alpha=0.05,
+                lam=0.5,
+                steps=40,
+                seed=seed,
+            ),
+            latency=False,
+        )
+        for seed in (0, 1)
+    ]
+    for m in names:
+        shares = [d["methods"][m]["informative_share"]["mean"] for d in direct]
+        ratios = [d["methods"][m]["vs_uniform"]["informative_share"]["ratio"] for d in direct]
+        assert sim["methods"][m]["share"]["mean"] == pytest.approx(np.mean(shares), abs=1e-12)
+        assert sim["methods"][m]["share"]["values"] == pytest.approx(shares, abs=1e-12)
+        assert sim["methods"][m]["vs_uniform"]["mean"] == pytest.approx(np.mean(ratios), abs=1e-12)
+    # the knobs matter: the preset's proportional HRP at lambda 0.1 predicts something else
+    other = simulate(
+        SimConfig(
+            rounds_file=str(out / "grpo" / "seed0"), methods=["uniform", "hrp"], prompts=4, rollouts=32, steps=40
+        ),
+        latency=False,
+    )
+    assert other["methods"]["hrp"]["informative_share"]["mean"] != pytest.approx(
+        sim["methods"]["hrp-greedy"]["share"]["values"][0], abs=1e-9
+    )
+    agg = rep.aggregate(runs, seeds=[0, 1])
+    agg["simulated"] = sim
+    md = rep.render_markdown(agg, {"methods": ["grpo", "xrpo"], "setup_lines": []}, {})
+    pred = sim["methods"]["hrp-greedy"]
+    measured = agg["methods"]["xrpo"]["nonzero_share"]
+    assert (
+        f"| HRP greedy | {100 * pred['share']['mean']:.1f} ± {100 * pred['share']['ci95']:.1f} | "
+        f"{pred['vs_uniform']['mean']:.3f} ± {pred['vs_uniform']['ci95']:.3f} | XRPO | "
+        f"{100 * measured['mean']:.1f} ± {100 * measured['ci95']:.1f} |"
+    ) in md
+    assert "| best allocation in hindsight |" in md and "n_base 3, 2 rounds, alpha 0.05, lambda 0.5" in md
+    # runs without per-prompt successes (or no HRP run): no prediction, no section
+    assert rep.simulator_prediction(rep.load_runs(out, ["grpo"], [0, 1])) is None
