@@ -8,10 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from xrpo.algo.simulate import expected_informative_rollouts, nonzero_variance_prob, uniform_counts
+from xrpo.algo.simulate import (
+    expected_informative_rollouts,
+    mixture_zero_variance_share,
+    nonzero_variance_prob,
+    uniform_counts,
+)
 from xrpo.sim.runner import (
     SIM_METHODS,
     SimConfig,
+    _prompt_source,
     markdown_table,
     parse_mixture,
     parse_sweep,
@@ -167,6 +173,19 @@ def test_rounds_file_rates_raw_or_fitted(tmp_path):
     assert abs(w[0] - 0.3) < 0.08 and d["measured"]["zero_share"] > 0.4
     assert raw["distribution"]["p0_share"] > 0.4 and abs(d["p0_share"] - w[0]) < 0.05
     assert "a fit to the rates of 1000 problems" in markdown_table(fit)
+    # expected all-equal groups at n_base (4) and the even split (8): exact from the fitted mixture; from the drawn
+    # rates (160 = 10 steps x 16) for the empirical draw
+    for n in (4, 8):
+        assert d["zero_variance_groups"][str(n)] == pytest.approx(mixture_zero_variance_share(w, comps, n), abs=1e-15)
+    source, _ = _prompt_source(SimConfig(rounds_file=str(f), rounds_fit="empirical"))
+    drawn = np.concatenate([source(np.random.default_rng([0, s, 0]), 16) for s in range(10)])  # as simulate draws
+    assert raw["distribution"]["mean"] == pytest.approx(float(drawn.mean()), abs=1e-15)
+    emp = raw["distribution"]["zero_variance_groups"]["8"]
+    assert emp == pytest.approx(float(np.mean(drawn**8 + (1 - drawn) ** 8)), abs=1e-12)
+    assert "expected groups with all rewards equal: " in markdown_table(fit)
+    assert f"{d['zero_variance_groups']['8']:.1%} at 8 rollouts (n_base 4; the even split gives 8)" in markdown_table(
+        fit
+    )
     with pytest.raises(ValueError, match="rounds_fit must be 'beta' or 'empirical'"):
         SimConfig(rounds_file=str(f), rounds_fit="raw")
 

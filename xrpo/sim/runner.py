@@ -27,7 +27,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ from xrpo.algo.simulate import (
     icl_success_prob,
     latency_ratio,
     mean_ci,
+    mixture_zero_variance_share,
+    nonzero_variance_prob,
     oracle_allocation,
     outcome_from_phased,
     phase_latency,
@@ -484,12 +486,21 @@ def _prompt_source(cfg: SimConfig) -> tuple[Callable[[np.random.Generator, int],
     return (lambda rng, k: sample_mixture(w, comps, k, rng)), {"source": "dist", "dist": spec}
 
 
-def _describe(p: np.ndarray) -> dict:
+def _describe(p: np.ndarray, spec: str | None, sizes: Sequence[int]) -> dict:
+    """The drawn rates' summary, and the expected share of groups whose rewards all agree for each group size in
+    ``sizes`` (n_base and the even split): exact from the mixture ``spec`` when there is one (a --dist, or the beta
+    fit of a rounds file), else the mean over the drawn rates of p^n + (1 - p)^n."""
+    if spec is not None:
+        w, comps = parse_mixture(spec)
+        flat = {str(n): mixture_zero_variance_share(w, comps, n) for n in sizes}
+    else:
+        flat = {str(n): float(1.0 - nonzero_variance_prob(p, n).mean()) for n in sizes}
     return {
         "mean": float(p.mean()),
         "p0_share": float(np.mean(p == 0.0)),
         "p1_share": float(np.mean(p == 1.0)),
         "quantiles": {str(q): float(np.quantile(p, q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9)},
+        "zero_variance_groups": flat,
     }
 
 
@@ -636,7 +647,9 @@ def simulate(cfg: SimConfig, *, latency: bool = True) -> dict:
             row["flip_rate"] = sum(figs["flips"]) / sum(figs["seeded_prompts"])
         methods[name] = row
     all_p = np.concatenate(drawn)
-    result = {"config": asdict(cfg), "distribution": {**dist_info, **_describe(all_p)}, "methods": methods}
+    spec = dist_info.get("fitted_dist", dist_info.get("dist"))
+    sizes = sorted({cfg.n_base, cfg.rollouts // cfg.prompts})
+    result = {"config": asdict(cfg), "distribution": {**dist_info, **_describe(all_p, spec, sizes)}, "methods": methods}
     if latency:
         result["latency"] = latency_rows(cfg)
     return result
@@ -706,7 +719,9 @@ def markdown_table(result: dict) -> str:
         measured_line = None
     lines = [
         f"Success rates: {src}; mean p {d['mean']:.3f}, p = 0 for {d['p0_share']:.1%}, p = 1 for "
-        f"{d['p1_share']:.1%} of prompts.",
+        f"{d['p1_share']:.1%} of prompts; expected groups with all rewards equal: "
+        + ", ".join(f"{v:.1%} at {n} rollouts" for n, v in d["zero_variance_groups"].items())
+        + f" (n_base {c['n_base']}; the even split gives {c['rollouts'] // c['prompts']}).",
         f"Step: {c['prompts']} prompts, {c['rollouts']} rollouts, n_base {c['n_base']}, {c['rounds']} planning "
         f"rounds, alpha {c['alpha']:g}, lambda {c['lam']:g}"
         + (f", ICL p_icl = clip({c['icl_mult']:g} p + {c['icl_add']:g}, 0, 1)" if c["icl"] else ", no ICL")
