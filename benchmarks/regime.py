@@ -13,7 +13,9 @@ On the training problems (the first --prompts of the run's training split), with
   3. on the prompts with no success in their base group, --extra more rollouts two ways, each from its own seed:
      plain (what GRPO or HRP without ICL would draw) and ICL-seeded (the K most similar solved problems, the
      trainer's renderer). Reported: success per rollout and the flip rate (at least one success), with 95% intervals,
-     and the paired difference per prompt;
+     and the paired difference per prompt. With --answer-in-context, a third arm on the same prompts: an ICL prompt
+     whose one example is the prompt's own question with its reference answer, shaped like the model's shortest
+     verified solution (the best example any retrieval could give: does the model read its context at all?);
   4. held-out pass@1 from --eval-samples samples per held-out problem.
 Positional arguments are the trainer's key=value overrides (`xrpo train` takes the same).
 """
@@ -82,6 +84,7 @@ def measure(
     eval_samples: int,
     corpus_out: str | None = None,
     exclude_seeds: tuple[int, ...] = (),
+    answer_in_context: bool = False,
     log=print,
 ) -> dict:
     import dataclasses
@@ -140,6 +143,29 @@ def measure(
     _, icl = draw(hard_problems, extra, 2, prompts=icl_texts) if hard else (None, [])
     c_icl = np.array([d["c"] for d in icl], dtype=int)
     c_plain = c_more[hard] if hard else np.array([], dtype=int)
+    c_own = None
+    if answer_in_context and hard:
+        # the upper bound of any example: the prompt's own question with its answer, written as this model writes a
+        # verified solution (a verified base completion with its extracted answer replaced by this prompt's
+        # reference answer): can the model copy from its context?
+        from xrpo.icl import Example
+
+        shapes = [
+            (text, ans)
+            for d in recs
+            for text, ok, ans in zip(d["completions"], d["correct"], d["answers"])
+            if ok and ans and ans in text
+        ]
+        # the shortest: the least of another problem's working around the answer
+        shape, said = min(shapes, key=lambda x: len(x[0])) if shapes else (" \\boxed{0}", "0")
+        cut = shape.rfind(said)
+        own = [
+            [Example(p.id, p.text, shape[:cut] + str(p.answer) + shape[cut + len(said) :], 1.0)] for p in hard_problems
+        ]
+        log(f"answer in context: solutions shaped as {shape!r} (answer {said!r}); first prompt {own[0][0].solution!r}")
+        own_texts = [renderer.render_icl(p, ex).text for p, ex in zip(hard_problems, own)]
+        _, own_recs = draw(hard_problems, extra, 4, prompts=own_texts)
+        c_own = np.array([d["c"] for d in own_recs], dtype=int)
 
     # 4. held-out pass@1
     ev, _ = draw(heldout, eval_samples, 3, ks=[1])
@@ -180,6 +206,14 @@ def measure(
         "icl": arm(c_icl),
         "icl_minus_plain_per_rollout": diff,
         "icl_minus_plain_per_rollout_ci95": half,
+        **(
+            {
+                "answer_in_context": arm(c_own),
+                "answer_in_context_minus_plain_per_rollout": paired_t(list((c_own - c_plain) / extra)),
+            }
+            if c_own is not None
+            else {}
+        ),
         "heldout_pass@1": ev["eval/pass@1"],
         "heldout_problems": len(heldout),
         "eval_samples": eval_samples,
@@ -234,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="--corpus-out leaves out the questions of these seeds' held-out splits",
     )
+    ap.add_argument(
+        "--answer-in-context",
+        action="store_true",
+        help="a third arm on the prompts at 0/n_base: the ICL prompt holds the prompt's own question and answer as its "
+        "one example (no retrieval can do better): does the model use its context at all?",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -251,12 +291,21 @@ def main(argv: list[str] | None = None) -> int:
         eval_samples=args.eval_samples,
         corpus_out=args.corpus_out,
         exclude_seeds=tuple(args.exclude_heldout_seeds),
+        answer_in_context=args.answer_in_context,
     )
     m["config"] = args.config
     m["overrides"] = args.overrides
     label = args.label or " ".join([args.config or "default"] + args.overrides)
     print(HEADER)
     print(markdown(m, label))
+    if "answer_in_context" in m:
+        a = m["answer_in_context"]
+        lo, hi = a["success_per_rollout_ci"]
+        print(
+            f"answer in context (the prompt's own question and answer as the example): success per rollout "
+            f"{a['success_per_rollout']:.3f} [{lo:.3f}, {hi:.3f}], flip rate {a['flip_rate']:.3f}; minus plain, "
+            "paired: {:+.3f} ± {:.3f}".format(*m["answer_in_context_minus_plain_per_rollout"])
+        )
     print(json.dumps(m, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(m, indent=1))
