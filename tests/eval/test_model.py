@@ -25,6 +25,7 @@ def test_run_defaults_are_the_training_config():
             "rollout.max_new_tokens=9",
             "rollout.stop=[END]",
             "rollout.icl_style=paper",
+            "rollout.icl_fewshot_position=question",
             "rollout.vllm_kv_cache_gib=2.5",
             "data.verifier_args={timeout: 3}",
         ],
@@ -40,7 +41,7 @@ def test_run_defaults_are_the_training_config():
         assert getattr(run, f.name) == (tuple(want) if isinstance(want, list) else want), f.name
     assert (run.dtype, run.system_prompt, run.n_heldout, run.seed) == ("bfloat16", "hi", 7, 5)
     assert (run.max_new_tokens, run.stop, run.icl_style, run.vllm_kv_cache_gib) == (9, ("END",), "paper", 2.5)
-    assert run.verifier_args == {"timeout": 3}
+    assert run.verifier_args == {"timeout": 3} and run.icl_fewshot_position == "question"
     assert run.verifier_args is not cfg.data.verifier_args  # eval never changes the run's config
 
 

@@ -67,6 +67,48 @@ def test_fewshot_icl_prompt_follows_the_task_format_and_drops_the_least_similar_
     assert (out.text, out.num_examples, out.dropped) == (r.render(problem), 0, 3)
 
 
+def test_fewshot_examples_next_to_the_question_after_the_templates_own_shots(plain_tok, chat_tok):
+    template = "Q: 2+3\nA: 5\n\nQ: {prompt}\nA:"
+    r = PromptRenderer(
+        plain_tok,
+        icl_style="fewshot",
+        prompt_template=template,
+        fewshot_example="Q: {problem}\nA:{solution}\n",
+        fewshot_position="question",
+    )
+    problem = Problem("q", "5+5", "10")
+    out = r.render_icl(problem, EXAMPLES[:2])
+    # the template's fixed shot first, then the examples, most similar (1+1) last, then the question
+    assert out.text == "Q: 2+3\nA: 5\n\nQ: 2+2\nA: 4\n\nQ: 1+1\nA: 2\n\nQ: 5+5\nA:"
+    assert (out.num_examples, out.dropped) == (2, 0)
+    # "start" puts them before the template's shot, most similar first
+    start = PromptRenderer(
+        plain_tok, icl_style="fewshot", prompt_template=template, fewshot_example="Q: {problem}\nA:{solution}\n"
+    )
+    assert start.render_icl(problem, EXAMPLES[:2]).text == (
+        "Q: 1+1\nA: 2\n\nQ: 2+2\nA: 4\n\nQ: 2+3\nA: 5\n\nQ: 5+5\nA:"
+    )
+    # a budget: the least similar is dropped first, the most similar stays next to the question
+    r.max_prompt_tokens = r.count_tokens("Q: 2+3\nA: 5\n\nQ: 1+1\nA: 2\n\nQ: 5+5\nA:")
+    out = r.render_icl(problem, EXAMPLES)
+    assert (out.text, out.num_examples, out.dropped) == ("Q: 2+3\nA: 5\n\nQ: 1+1\nA: 2\n\nQ: 5+5\nA:", 1, 2)
+    # a template with nothing before the question's line: the same text as "start", the order reversed
+    bare = PromptRenderer(
+        plain_tok,
+        icl_style="fewshot",
+        prompt_template="Q: {prompt}\nA:",
+        fewshot_example="Q: {problem}\nA:{solution}",
+        fewshot_position="question",
+    )
+    assert bare.render_icl(problem, EXAMPLES[:2]).text == "Q: 2+2\nA: 4\nQ: 1+1\nA: 2\nQ: 5+5\nA:"
+    with pytest.raises(ValueError, match="needs a text prompt"):
+        r.render_icl(Problem("m", [{"role": "user", "content": "5+5"}], "10"), EXAMPLES[:1])
+    with pytest.raises(ValueError, match="chat template"):
+        PromptRenderer(chat_tok, icl_style="fewshot", fewshot_position="question")
+    with pytest.raises(ValueError, match="fewshot_position must be one of"):
+        PromptRenderer(plain_tok, icl_style="fewshot", fewshot_position="end")
+
+
 def test_paper_icl_prompt_is_the_user_message_and_fits_the_budget_with_the_template(chat_tok):
     r = PromptRenderer(chat_tok, icl_style="paper")
     problem = Problem("q", "5+5", "10")

@@ -171,6 +171,7 @@ def test_round_trip():
         ("data.levels={gcd: [2]}", r"data.levels\['gcd'\]: expected distinct level indices in 0..1, got \[2\]"),
         ("data.families=[gcd] & data.levels={lcm: [0]}", r"data.levels: family 'lcm' is not among the chosen"),
         ("data.train=x.jsonl & data.families=[gcd]", "data.families / data.levels choose the built-in task's"),
+        ("rollout.icl_fewshot_position=end", "rollout.icl_fewshot_position must be start or question"),
         ("rollout.stream_quorum=0", "rollout.stream_quorum must be a finite number > 0"),
         ("rollout.stream_quorum=1.5", r"rollout.stream_quorum must be in \(0, 1\]"),
         (
@@ -212,3 +213,26 @@ def test_every_shipped_config_builds(path):
     # loader reads them (section.field)
     for key, value in _flatten(yaml.safe_load((ROOT / path).read_text())).items():
         assert loaded[key] == value, (path, key, loaded[key], value)
+
+
+def test_icl_fewshot_position_reaches_the_trainers_renderer():
+    from xrpo.data import Problem
+    from xrpo.icl import Example
+    from xrpo.trainer.setup import make_renderer
+
+    class Tok:
+        chat_template = None
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": list(text.encode())}
+
+    over = [
+        "data.prompt_template=Q: 1+1\nA: 2\n\nQ: {prompt}\nA:",
+        "rollout.icl_fewshot_example=Q: {problem}\nA:{solution}\n",
+    ]
+    ex = [Example("a", "3+3", " 6", 0.9)]
+    p = Problem("q", "5+5", "10")
+    near = make_renderer(build_config(None, [*over, "rollout.icl_fewshot_position=question"]), Tok())
+    assert near.render_icl(p, ex).text == "Q: 1+1\nA: 2\n\nQ: 3+3\nA: 6\n\nQ: 5+5\nA:"
+    start = make_renderer(build_config(None, over), Tok())
+    assert start.render_icl(p, ex).text == "Q: 3+3\nA: 6\n\nQ: 1+1\nA: 2\n\nQ: 5+5\nA:"

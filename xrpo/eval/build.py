@@ -57,6 +57,7 @@ def build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
         system_prompt=settings["system_prompt"],
         max_prompt_tokens=settings["max_prompt_tokens"],
         fewshot_example=run.icl_fewshot_example,
+        fewshot_position=run.icl_fewshot_position,
     )
     context = context_length(engine)
     if context is not None and renderer.max_prompt_tokens:

@@ -66,6 +66,8 @@ class RunDefaults:
     """rollout.icl_style."""
     icl_fewshot_example: str | None
     """rollout.icl_fewshot_example."""
+    icl_fewshot_position: str
+    """rollout.icl_fewshot_position."""
     embedder: str
     """rollout.embedder."""
     vllm_dtype: str
@@ -106,6 +108,7 @@ def run_defaults(cfg) -> RunDefaults:
         max_batch_size=r.max_batch_size,
         icl_style=r.icl_style,
         icl_fewshot_example=r.icl_fewshot_example,
+        icl_fewshot_position=r.icl_fewshot_position,
         embedder=r.embedder,
         vllm_dtype=r.vllm_dtype,
         vllm_kv_cache_gib=r.vllm_kv_cache_gib,

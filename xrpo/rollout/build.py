@@ -84,6 +84,7 @@ def build_renderer(
     system_prompt: str | None = None,
     max_prompt_tokens: int | None = None,
     fewshot_example: str | None = None,
+    fewshot_position: str = "start",
 ):
     """The `PromptRenderer` with its "auto" choices resolved.
 
@@ -93,6 +94,7 @@ def build_renderer(
             cannot read the paper's XML template; paper otherwise.
         fewshot_example: how one solved example is written, with {problem} and {solution} (None: the prompt template
             with the example's problem, followed by its solution).
+        fewshot_position: where fewshot examples go ("start" or "question"; `PromptRenderer`).
         use_chat_template, system_prompt, max_prompt_tokens: as `PromptRenderer` takes them.
     """
     from xrpo.rollout.prompts import PromptRenderer
@@ -108,4 +110,5 @@ def build_renderer(
         max_prompt_tokens=max_prompt_tokens,
         system_prompt=system_prompt,
         fewshot_example=example,
+        fewshot_position=fewshot_position,
     )

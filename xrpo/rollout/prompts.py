@@ -20,6 +20,7 @@ from xrpo.data import Problem
 from xrpo.icl import build_icl_prompt
 
 ICL_STYLES = ("paper", "fewshot")
+FEWSHOT_POSITIONS = ("start", "question")
 
 
 @dataclass
@@ -48,6 +49,10 @@ class PromptRenderer:
         fewshot_example: for ``"fewshot"``, a format string with ``{problem}`` (the example's problem text) and
             ``{solution}`` (its verified completion) that writes one solved example in the task's own prompt format;
             the default task uses ``"Q: {problem}\nA:{solution}"``.
+        fewshot_position: for ``"fewshot"``, where the examples go: ``"start"`` (before the whole prompt, most
+            similar first) or ``"question"`` (at the start of ``prompt_template``'s line holding ``{prompt}``, after
+            any fixed shots the template holds, most similar last: next to the question). Needs a text prompt
+            without a chat template.
     """
 
     def __init__(
@@ -61,9 +66,12 @@ class PromptRenderer:
         system_prompt: str | None = None,
         fewshot_example: str = "{problem}\n{solution}",
         fewshot_separator: str = "\n",
+        fewshot_position: str = "start",
     ):
         if icl_style not in ICL_STYLES:
             raise ValueError(f"icl_style must be one of {ICL_STYLES}, got {icl_style!r}")
+        if fewshot_position not in FEWSHOT_POSITIONS:
+            raise ValueError(f"fewshot_position must be one of {FEWSHOT_POSITIONS}, got {fewshot_position!r}")
         self.tokenizer = tokenizer
         has_template = bool(getattr(tokenizer, "chat_template", None))
         self.use_chat_template = has_template if use_chat_template is None else bool(use_chat_template)
@@ -77,6 +85,12 @@ class PromptRenderer:
         self.system_prompt = system_prompt
         self.fewshot_example = fewshot_example
         self.fewshot_separator = fewshot_separator
+        self.fewshot_position = fewshot_position
+        if icl_style == "fewshot" and fewshot_position == "question" and self.use_chat_template:
+            raise ValueError(
+                "fewshot_position='question' places the examples inside the prompt template's text, which a chat "
+                "template would wrap as one user message; use 'start' or the 'paper' style with a chat template"
+            )
 
     # -- plain prompts -------------------------------------------------------------------------------------------
     def _apply_template(self, text: str) -> str:
@@ -140,15 +154,29 @@ class PromptRenderer:
 
     def _render_fewshot(self, problem: Problem, examples: Sequence) -> RenderedICL:
         plain = self.render(problem)
+        head, tail = "", plain
+        if self.fewshot_position == "question":
+            if not isinstance(problem.prompt, str):
+                raise ValueError(
+                    f"problem {problem.id}: fewshot_position='question' needs a text prompt, got chat messages"
+                )
+            # the template's text before the line holding {prompt} (its fixed shots) stays first
+            cut = self.prompt_template.rfind("\n", 0, self.prompt_template.index("{prompt}")) + 1
+            head, tail = self.prompt_template[:cut], self._apply_template(problem.prompt)[cut:]
         sep = self.fewshot_separator
         shots = [self.fewshot_example.format(problem=ex.problem, solution=ex.solution) for ex in examples]
+
+        def compose(shots: list[str]) -> str:
+            ordered = shots[::-1] if self.fewshot_position == "question" else shots
+            return head + sep.join(ordered) + sep + tail
+
         dropped = 0
         if self.max_prompt_tokens:
             # drop the least similar examples first (examples arrive most similar first) until the prompt fits;
             # a cut-off few-shot solution would teach a truncated answer, so fewshot never cuts inside one
-            while shots and self.count_tokens(sep.join(shots) + sep + plain) > self.max_prompt_tokens:
+            while shots and self.count_tokens(compose(shots)) > self.max_prompt_tokens:
                 shots.pop()
                 dropped += 1
         if not shots:
             return RenderedICL(plain, 0, 0, dropped)
-        return RenderedICL(sep.join(shots) + sep + plain, 0, len(shots), dropped)
+        return RenderedICL(compose(shots), 0, len(shots), dropped)

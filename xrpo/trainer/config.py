@@ -151,6 +151,10 @@ class RolloutConfig(StreamConfig, CorpusConfig, ICLPromptConfig):
     icl_fewshot_example: str | None = None
     """fewshot style: how one solved example is written, with {problem} and {solution} (None: the prompt template
     with the example's problem, followed by its solution)."""
+    icl_fewshot_position: str = "start"
+    """fewshot style: where the examples go. "start": before the whole prompt, most similar first. "question": at
+    the start of the prompt template's line holding {prompt}, after any fixed shots the template holds, most similar
+    last (next to the question). They differ only for a template with text before that line."""
     icl_corpus: str | None = None
     """Optional JSONL of seed solutions (problem_id, problem, solution) the corpus starts from."""
 
@@ -339,6 +343,12 @@ class TrainConfig:
             "rollout.icl_style",
             "must be auto, paper or fewshot",
             r.icl_style,
+        )
+        _check(
+            r.icl_fewshot_position in ("start", "question"),
+            "rollout.icl_fewshot_position",
+            "must be start or question",
+            r.icl_fewshot_position,
         )
         if self.data.prompt_template is not None:
             _check(

@@ -111,6 +111,7 @@ def make_renderer(cfg: TrainConfig, tokenizer):
         system_prompt=cfg.model.system_prompt,
         max_prompt_tokens=cfg.data.max_prompt_tokens,
         fewshot_example=cfg.rollout.icl_fewshot_example,
+        fewshot_position=cfg.rollout.icl_fewshot_position,
     )
 
 
