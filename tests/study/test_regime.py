@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.rollout._fakes import CharTokenizer, char_rollout
 from xrpo.data import Problem
-from xrpo.rollout.engine import Rollout
 from xrpo.rollout.prompts import PromptRenderer
 from xrpo.trainer.config import build_config
 
@@ -25,15 +25,6 @@ def regime():
     import regime
 
     return regime
-
-
-class CharTokenizer:
-    chat_template = None
-    pad_token_id = 0
-    eos_token_id = 1
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [ord(c) for c in text]}
 
 
 class Copier:
@@ -58,8 +49,7 @@ class Copier:
                 text = f" \\boxed{{{self.problems[i].answer}}}"
             else:
                 text = " \\boxed{-1}"
-            ids = [ord(c) for c in text]
-            out.append([Rollout([ord(c) for c in prompt], ids, [-0.5] * len(ids), "eos", text) for _ in range(n)])
+            out.append([char_rollout(prompt, text, [-0.5] * len(text)) for _ in range(n)])
         return out
 
 
