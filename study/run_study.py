@@ -13,7 +13,8 @@ from it (`xrpo train --resume`), so the same command finishes an interrupted stu
 
 Every method gets the same overrides (budget, steps, seeds, evaluation, model, lr): only `method.name` differs, so
 each method runs with its preset's knobs (xrpo/algo/presets.py, docs/methods.md). --config (a YAML of the trainer's
-config) and --config-overrides apply to every method alike; docs/results.md lists them. The statistics are described
+config) and --config-overrides apply to every method alike; docs/results.md lists them. Neither may set a key the
+study owns (OWNED); a --config's base file may, and the study's flag wins (it says so). The statistics are described
 in study/study_report.py and docs/results.md.
 """
 
@@ -40,7 +41,7 @@ import study_report as report  # noqa: E402
 
 import xrpo  # noqa: E402
 from xrpo.algo.presets import list_presets  # noqa: E402
-from xrpo.trainer.config import build_config, to_dict  # noqa: E402
+from xrpo.trainer.config import build_config, from_dict, load_config_file, to_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # treepo-sampling is the paper's TPO-S baseline (the sampler alone); treepo adds TreePO's own tree advantage
@@ -98,7 +99,9 @@ def check_methods(methods: list[str]) -> None:
         raise StudyError(f"method(s) listed twice: {', '.join(dup)}")
 
 
-def check_overrides(items: list[str], config: str | None) -> None:
+def check_overrides(items: list[str], config: str | None) -> list[str]:
+    """Refuses a --config-overrides entry or a --config that sets a key the study owns. A key the --config's base
+    file sets (`xrpo.trainer.config.load_config_file`) is the study's to override: returned, for a notice."""
     for item in items:
         if "=" not in item:
             raise StudyError(f"--config-overrides: {item!r} is not of the form key=value")
@@ -108,18 +111,15 @@ def check_overrides(items: list[str], config: str | None) -> None:
     if config:
         if not Path(config).is_file():
             raise StudyError(f"--config {config} does not exist")
-        loaded = yaml.safe_load(Path(config).read_text()) or {}
-        sets = {
-            f"{k}.{kk}" if isinstance(v, dict) else k
-            for k, v in loaded.items()
-            for kk in (v if isinstance(v, dict) else [None])
-        }
-        clash = sorted(k for k in sets if k in OWNED)
+        values, own = load_config_file(config)
+        clash = sorted(k for k in own if k in OWNED)
         if clash:
             raise StudyError(
                 f"--config {config} sets {', '.join(clash)}: the study sets these for every run; use "
                 + ", ".join(OWNED[k] for k in clash)
             )
+        return sorted(k for k in values if k in OWNED)
+    return []
 
 
 def eval_ks(args) -> list[int]:
@@ -166,11 +166,17 @@ def run_state(spec: Spec) -> str:
 
 def check_same_config(spec: Spec, wanted: dict) -> None:
     """A run found on disk must have been made with the configuration this study asks for (else its budget would
-    silently differ from the others')."""
+    silently differ from the others'). Its config.yaml is read as `xrpo train --resume` reads it (`from_dict`): a
+    knob added to xrpo after the run was made takes its default there, as it would in the resumed run."""
     saved_file = spec.path / "config.yaml"
     if not saved_file.exists():
         return
-    saved = yaml.safe_load(saved_file.read_text())
+    try:
+        saved = to_dict(from_dict(yaml.safe_load(saved_file.read_text()) or {}))
+    except (ValueError, TypeError) as e:
+        raise StudyError(
+            f"{saved_file} cannot be read as a trainer config ({e}); use another --out or remove that run directory"
+        ) from None
     diffs = []
     for sec, val in wanted.items():
         if isinstance(val, dict):
@@ -411,7 +417,8 @@ def main(argv: list[str] | None = None, log=print) -> int:
         if args.report_only:
             make_report(args, log)
             return 0
-        check_overrides(args.config_overrides, args.config)
+        for key in check_overrides(args.config_overrides, args.config):
+            log(f"note: {key} from the base of --config {args.config} is overridden by the study's {OWNED[key]}")
         specs = plan(args)
         states, configs = {}, {}
         for s in specs:  # every config is built (and validated) before anything trains

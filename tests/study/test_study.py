@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from xrpo.algo.presets import list_presets
-from xrpo.trainer.config import build_config, to_dict
+from xrpo.trainer.config import build_config, load_config_file, to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -222,8 +222,11 @@ def test_study_configs_build_for_every_preset(study_modules, tmp_path, config):
             str(tmp_path),
         ]
     )
-    study.check_overrides(args.config_overrides, args.config)
-    budget = (yaml.safe_load(Path(path).read_text()).get("rollout") or {}).get("rollouts_per_step", 128)
+    # owned keys a base config sets are the study's to override, and it says so
+    overridden = study.check_overrides(args.config_overrides, args.config)
+    values, own = load_config_file(path)
+    assert overridden == sorted(k for k in values if k in study.OWNED) and not any(k in study.OWNED for k in own)
+    budget = values.get("rollout.rollouts_per_step", 128)
     for spec in study.plan(args):
         cfg = build_config(args.config, spec.overrides)
         assert cfg.method.name == spec.method and cfg.rollout.rollouts_per_step == budget
@@ -528,6 +531,20 @@ def test_study_runs_resumes_and_skips_finished_runs(study_modules, study_env, tm
     capsys.readouterr()
     assert study.main(args(steps=3), log=lines.append) == 2
     assert "another configuration (steps: saved 2, asked 3)" in capsys.readouterr().err
+
+    # a run made before a knob existed (its config.yaml lacks the key) is read as a resume reads it: the knob's
+    # default, so the same study still finds it done; a saved value that differs is still refused
+    saved = out / "grpo" / "seed0" / "config.yaml"
+    cfg = yaml.safe_load(saved.read_text())
+    del cfg["rollout"]["icl_fewshot_position"]
+    saved.write_text(yaml.safe_dump(cfg))
+    lines.clear()
+    assert study.main(argv, log=lines.append) == 0 and "2 done, 0 to resume, 0 to start" in lines[0]
+    cfg["rollout"]["icl_fewshot_position"] = "question"
+    saved.write_text(yaml.safe_dump(cfg))
+    capsys.readouterr()
+    assert study.main(argv, log=lines.append) == 2
+    assert "icl_fewshot_position: saved 'question', asked 'start'" in capsys.readouterr().err
 
 
 def test_committed_results_page_has_the_markers(study_modules):

@@ -4,7 +4,6 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-import yaml
 
 from xrpo.algo.presets import get_preset, list_presets
 from xrpo.trainer.config import (
@@ -16,6 +15,7 @@ from xrpo.trainer.config import (
     field_docs,
     from_dict,
     help_text,
+    load_config_file,
     to_dict,
 )
 
@@ -209,10 +209,47 @@ def test_every_shipped_config_builds(path):
     """The YAML configs the repository ships (configs/, study/) stay valid as knobs change: each builds and
     validates (a renamed or removed field would fail here, naming it)."""
     loaded = _flatten(to_dict(build_config(str(ROOT / path))))
-    # every value the file sets is the value the run gets (none dropped or renamed on the way); keys as the config
-    # loader reads them (section.field)
-    for key, value in _flatten(yaml.safe_load((ROOT / path).read_text())).items():
+    # every value the file sets, itself or through its base, is the value the run gets (none dropped or renamed on
+    # the way); keys as the config loader reads them (section.field)
+    values, own = load_config_file(ROOT / path)
+    assert own.items() <= values.items()
+    for key, value in values.items():
         assert loaded[key] == value, (path, key, loaded[key], value)
+
+
+def test_a_config_file_builds_on_its_base(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "root.yaml").write_text("steps: 7\nseed: 3\nrollout: {temperature: 0.5, top_p: 0.9}\n")
+    (tmp_path / "sub" / "mid.yaml").write_text("base: ../root.yaml\nseed: 4\nrollout: {top_p: 0.8}\n")
+    (tmp_path / "leaf.yaml").write_text("base: sub/mid.yaml\nrollout: {max_new_tokens: 9}\n")
+    values, own = load_config_file(tmp_path / "leaf.yaml")
+    # paths relative to the file naming them; the nearer file wins field by field, sections merge
+    assert values == {
+        "steps": 7,
+        "seed": 4,
+        "rollout.temperature": 0.5,
+        "rollout.top_p": 0.8,
+        "rollout.max_new_tokens": 9,
+    }
+    assert own == {"rollout.max_new_tokens": 9}
+    cfg = build_config(str(tmp_path / "leaf.yaml"), ["seed=5"])
+    assert (cfg.steps, cfg.seed, cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens) == (
+        7,
+        5,
+        0.5,
+        0.8,
+        9,
+    )
+    (tmp_path / "loop.yaml").write_text("base: loop2.yaml\n")
+    (tmp_path / "loop2.yaml").write_text("base: loop.yaml\nsteps: 2\n")
+    with pytest.raises(ValueError, match=r"loop.yaml: its base chain loops: .*loop.yaml -> .*loop2.yaml -> .*loop"):
+        build_config(str(tmp_path / "loop.yaml"))
+    (tmp_path / "gone.yaml").write_text("base: nowhere.yaml\n")
+    with pytest.raises(FileNotFoundError, match=r"nowhere.yaml does not exist \(the base named in .*gone.yaml\)"):
+        build_config(str(tmp_path / "gone.yaml"))
+    (tmp_path / "bad.yaml").write_text("base: [a.yaml]\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: base must be the path of another config file"):
+        build_config(str(tmp_path / "bad.yaml"))
 
 
 def test_icl_fewshot_position_reaches_the_trainers_renderer():

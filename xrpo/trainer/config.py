@@ -473,17 +473,46 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def load_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A trainer YAML file as ``section.field`` values: ``(values, own)``, ``own`` being what the file itself sets.
+
+    A top-level ``base: <path>`` (relative to the file) names a config file loaded first, whose values the file's own
+    override field by field; a base may have a base of its own. A loop, a missing base or a base that is not a path
+    is refused, naming the files.
+    """
+    return _load_config_file(Path(path), ())
+
+
+def _load_config_file(p: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"config file {p} does not exist" + (f" (the base named in {chain[-1]})" if chain else "")
+        )
+    real = p.resolve()
+    if real in chain:
+        raise ValueError(f"config file {p}: its base chain loops: {' -> '.join(str(c) for c in (*chain, real))}")
+    loaded = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"config file {p}: expected a mapping at the top level")
+    base = loaded.pop("base", None)
+    values: dict[str, Any] = {}
+    if base is not None:
+        if not isinstance(base, str) or not base.strip():
+            raise ValueError(
+                f"config file {p}: base must be the path of another config file (relative to {p.parent}), got {base!r}"
+            )
+        values.update(_load_config_file(p.parent / base, (*chain, real))[0])
+    own = _flatten(loaded)
+    values.update(own)
+    return values, own
+
+
 def build_config(yaml_path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """Defaults < method preset < YAML file < ``key=value`` overrides. Validated before it is returned."""
+    """Defaults < method preset < YAML file (after its ``base``, `load_config_file`) < ``key=value`` overrides.
+    Validated before it is returned."""
     values: dict[str, Any] = {}
     if yaml_path:
-        p = Path(yaml_path)
-        if not p.is_file():
-            raise FileNotFoundError(f"config file {yaml_path} does not exist")
-        loaded = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"config file {yaml_path}: expected a mapping at the top level")
-        values.update(_flatten(loaded))
+        values.update(load_config_file(yaml_path)[0])
     for item in overrides or []:
         if "=" not in item:
             raise ValueError(f"override {item!r} is not of the form key=value")
