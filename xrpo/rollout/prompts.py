@@ -160,9 +160,10 @@ class PromptRenderer:
                 raise ValueError(
                     f"problem {problem.id}: fewshot_position='question' needs a text prompt, got chat messages"
                 )
-            # the template's text before the line holding {prompt} (its fixed shots) stays first
+            # the template's text before the line holding {prompt} (its fixed shots) stays first; without a chat
+            # template the plain prompt is the template applied, identical to the template up to that line
             cut = self.prompt_template.rfind("\n", 0, self.prompt_template.index("{prompt}")) + 1
-            head, tail = self.prompt_template[:cut], self._apply_template(problem.prompt)[cut:]
+            head, tail = plain[:cut], plain[cut:]
         sep = self.fewshot_separator
         shots = [self.fewshot_example.format(problem=ex.problem, solution=ex.solution) for ex in examples]
 

@@ -39,6 +39,7 @@ from xrpo.algo.config import (
     check_knobs,
 )
 from xrpo.algo.presets import get_preset, list_presets
+from xrpo.rollout.prompts import FEWSHOT_POSITIONS
 
 
 @dataclass
@@ -345,9 +346,9 @@ class TrainConfig:
             r.icl_style,
         )
         _check(
-            r.icl_fewshot_position in ("start", "question"),
+            r.icl_fewshot_position in FEWSHOT_POSITIONS,
             "rollout.icl_fewshot_position",
-            "must be start or question",
+            "must be " + " or ".join(FEWSHOT_POSITIONS),
             r.icl_fewshot_position,
         )
         if self.data.prompt_template is not None:
