@@ -11,7 +11,7 @@ proportional (XRPO's planner), HRP greedy, CurES and the best allocation in hind
 XRPO's planner with ICL seeding of a given strength: an ICL-seeded rollout of a prompt with success rate p succeeds
 with probability min(p + add, 1) (`--icl-add`; the regime's tiny model measured add ~ 0).
 
-    python study/share_feasibility.py --output docs/results/share_feasibility     # ~10 min on 2 cores
+    python study/share_feasibility.py --output docs/results/share_feasibility     # ~2 min on 2 cores
     python study/share_feasibility.py --steps 100 --grid-w0 0 0.4 --grid-ab 1 3   # a quick look
 
 Writes share_feasibility.md (the tables docs/results.md quotes) and .json (every distribution's figures).
@@ -86,7 +86,8 @@ def report(rows: list[dict], args, grid_size: int, measured: dict | None, second
         "`w0*0 + w1*1 + (1-w0-w1)*beta(a,b)`, of which "
         f"**{len(rows)}** meet both criteria (mean success rate in [0.25, 0.5]; zero-variance groups at GRPO's group "
         f"size {group} at most 50%). {args.prompts} prompts x {args.rollouts} rollouts per step, the `xrpo` preset's "
-        f"planning knobs (n_base 4, 2 rounds, alpha 0.05, lambda 0.1), {args.steps} simulated steps per distribution; "
+        f"planning knobs (n_base {args.n_base}, {args.rounds} rounds, alpha {args.alpha:g}, lambda {args.lam:g}), "
+        f"{args.steps} simulated steps per distribution; "
         "ratios are informative rollouts per rollout generated over uniform's (GRPO), paired on the same steps, "
         "with 95% intervals.",
         "",
@@ -145,9 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measured", default="0.22*0 + 0.03*1 + 0.75*beta(1.25,1.15)", help="a reference distribution")
     ap.add_argument("--output", help="directory for share_feasibility.md and .json")
     args = ap.parse_args(argv)
-    # the simulator's defaults are the xrpo preset's step: 16 prompts x 128 rollouts, n_base 4
+    # the simulator's defaults are the xrpo preset's step: 16 prompts x 128 rollouts, n_base 4, 2 rounds, ...
     base = SimConfig()
     args.prompts, args.rollouts, args.n_base = base.prompts, base.rollouts, base.n_base
+    args.rounds, args.alpha, args.lam = base.rounds, base.alpha, base.lam
     group = args.rollouts // args.prompts
     t0 = time.perf_counter()
     grid = [

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.rollout._fakes import CharTokenizer, char_rollout
+from tests.rollout._fakes import CharTokenizer, char_rollout, renderer
 from xrpo.data import Problem
-from xrpo.rollout.prompts import PromptRenderer
 from xrpo.trainer.config import build_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,17 +66,7 @@ def test_arms_follow_the_script(regime, monkeypatch):
     monkeypatch.setattr(setup, "load_data", lambda cfg, log=print: (train, heldout))
     monkeypatch.setattr(setup, "load_model", lambda cfg, log=print: (Model(), CharTokenizer(), None))
     monkeypatch.setattr(setup, "build_engine", lambda cfg, model, tok: engine)
-    monkeypatch.setattr(
-        setup,
-        "make_renderer",
-        lambda cfg, tok: PromptRenderer(
-            tok,
-            use_chat_template=False,
-            icl_style="fewshot",
-            prompt_template="Q: {prompt}\nA:",
-            fewshot_example="Q: {problem}\nA:{solution}",
-        ),
-    )
+    monkeypatch.setattr(setup, "make_renderer", lambda cfg, tok: renderer())
     cfg = build_config(None, ["rollout.embedder=hash"])
     m = regime.measure(cfg, prompts=16, n_base=4, extra=4, eval_samples=2, answer_in_context=True, log=lambda *a: None)
     # every group is all-wrong (0-7) or all-right (8-15); the 8 solved problems' base rollouts seed the corpus
