@@ -452,3 +452,33 @@ def test_sync_weights_after_an_optimizer_step(served, tiny_tokenizer):
     restored = engine.generate(PROMPTS, [2, 2, 2, 2], params)
     assert ids_of(restored) == ids_of(before)
     assert [[r.logprobs for r in rs] for rs in restored] == [[r.logprobs for r in rs] for rs in before]
+
+
+@needs_vllm_cpu
+def test_sync_weights_of_a_lora_model_loads_the_merged_weights(served):
+    """A LoRA model (peft) syncs as its merged weights under the base model's names: vLLM's log-probs equal the
+    merged model's, and the base weights come back with the plain model."""
+    pytest.importorskip("peft")
+    from xrpo.models import lora
+
+    engine, served_model, _, _ = served
+    model = lora.apply_lora(copy.deepcopy(served_model), rank=4, alpha=16.0)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:  # as after training: the adapters change the function
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    merged = copy.deepcopy(model).merge_and_unload().eval()
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=21)
+    before = engine.generate(PROMPTS, [2, 2, 2, 2], params)
+    try:
+        engine.sync_weights(model.eval())
+        after = engine.generate(PROMPTS, [2, 2, 2, 2], params)
+        for rs in after:
+            for a in rs:
+                torch.testing.assert_close(torch.tensor(a.logprobs), reference_logprobs(merged, a), rtol=0, atol=ATOL)
+        assert ids_of(after) != ids_of(before) or any(
+            not np.allclose(a.logprobs, b.logprobs, atol=0.05) for ra, rb in zip(after, before) for a, b in zip(ra, rb)
+        )
+    finally:
+        engine.sync_weights(served_model)

@@ -204,3 +204,23 @@ def loss_spy():
 
     yield LossSpy()
     POLICY_LOSSES.pop(LossSpy.name)  # the registry is global: leave it as other tests expect it
+
+
+@pytest.fixture(scope="session")
+def larger_model(tiny_tokenizer):
+    """A random float64 Qwen2 of a larger shape than the tiny model (grouped-query attention, untied head, wider
+    MLP), for the memory features' equivalence tests."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=len(tiny_tokenizer),
+        hidden_size=128,
+        intermediate_size=352,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
+    return Qwen2ForCausalLM(cfg).double().eval()

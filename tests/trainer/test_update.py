@@ -201,3 +201,115 @@ def test_without_kl_no_reference_model_is_loaded(trainer_env, loss_spy, tmp_path
         rows = run(trainer_env, loss_spy, tmp_path / f"b{beta}", "grpo", 1, f"method.kl_coef={beta}")
         assert len(loads) == n, (beta, loads)
         assert ("loss/kl" in rows[0]) == (beta > 0) and ("loss/total" in rows[0]) == (beta > 0)
+
+
+# ------------------------------------------------------------------------------------ gradient checkpointing
+def _layer_calls(model) -> list[int]:
+    calls = [0] * len(model.model.layers)
+    for i, layer in enumerate(model.model.layers):
+        # a pre-hook: the recomputation stops early (torch raises inside the layer once the last saved tensor is
+        # rebuilt), so a forward hook, called at the end, would not see it
+        layer.register_forward_pre_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+    return calls
+
+
+@pytest.mark.parametrize("which", ["tiny", "larger"])
+def test_gradient_checkpointing_recomputes_layers_and_keeps_loss_and_gradients(
+    tiny_model, tiny_tokenizer, larger_model, which
+):
+    # float64 copies of one model, one with transformers' checkpointing switched on: the recomputation runs the same
+    # kernels on the same inputs, so loss and gradients agree to float64 rounding (1e-12 relative is ~4 orders above
+    # it and ~10 below any real difference). The model stays in eval mode, as in the trainer: transformers only
+    # checkpoints a layer in training mode, which `checkpointing` provides without putting dropout in train mode.
+    import copy
+
+    from xrpo.trainer.logprobs import completion_logprobs
+    from xrpo.trainer.update import checkpointing
+
+    base = copy.deepcopy(tiny_model).double() if which == "tiny" else larger_model
+    plain, ckpt = copy.deepcopy(base).eval(), copy.deepcopy(base).eval()
+    ckpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    prompts = [[5, 9, 11, 4], [7], [12, 13, 14, 15, 16, 17], [8, 8], [30, 31, 32]]
+    comps = [[20, 21, 22], [23, 24, 25, 26, 27], [28], [40, 41], [50, 51, 52, 53]]
+    pad = tiny_tokenizer.pad_token_id
+    out = {}
+    for name, model, on in (("plain", plain, False), ("ckpt", ckpt, True)):
+        calls = _layer_calls(model)
+        with checkpointing(model, on):
+            lp, mask = completion_logprobs(model, prompts, comps, pad, 0.9)
+        loss = (lp * mask).sum() / mask.sum()
+        loss.backward()
+        out[name] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}, list(calls))
+        assert not any(m.training for m in model.modules())  # back in eval mode everywhere
+    assert out["plain"][2] == [1] * len(plain.model.layers)
+    assert out["ckpt"][2] == [2] * len(ckpt.model.layers)  # forward, then recomputed in the backward pass
+    assert out["ckpt"][0] == pytest.approx(out["plain"][0], rel=1e-12)
+    for n, g in out["plain"][1].items():
+        assert ((out["ckpt"][1][n] - g).norm() / g.norm().clamp_min(1e-300)).item() < 1e-12, n
+
+
+def test_trainer_with_checkpointing_trains_the_same_weights_and_chunks_reach_the_update(
+    trainer_env, loss_spy, tmp_path, monkeypatch
+):
+    # float32, same kernels: gradient checkpointing recomputes exactly, so two steps give the same weights bit for
+    # bit. Chunked log-probs equal the full forward to float rounding (test_logprobs); AdamW's normalised steps turn
+    # rounding noise in near-zero gradients (k_proj's bias gets none at all in exact arithmetic) into lr-sized moves,
+    # so their runs are compared on the first step's loss (same rollouts, same log-probs to rounding: 1e-5 relative
+    # is ~50x float32 rounding over these few hundred tokens) and on what reached the update.
+    from safetensors.torch import load_file
+
+    import xrpo.trainer.logprobs as lpm
+
+    def weights(out):
+        return load_file(str(out / "checkpoints" / "step-00000002" / "model" / "model.safetensors"))
+
+    plain = run(trainer_env, loss_spy, tmp_path / "plain", "grpo", 2)
+    run(trainer_env, loss_spy, tmp_path / "ckpt", "grpo", 2, "model.gradient_checkpointing=true")
+    init = load_file(str(trainer_env["model"] / "model.safetensors"))
+    a, b = weights(tmp_path / "plain"), weights(tmp_path / "ckpt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], init[k]) for k in a)  # the runs trained
+
+    rows = []
+    real = lpm._chunk_logprobs
+    monkeypatch.setattr(lpm, "_chunk_logprobs", lambda h, *x: rows.append(h.shape[0]) or real(h, *x))
+    chunked = run(trainer_env, loss_spy, tmp_path / "chunk", "grpo", 2, "optim.logprob_chunk_tokens=5")
+    assert rows and max(rows) == 5
+    assert chunked[0]["loss/policy"] == pytest.approx(plain[0]["loss/policy"], rel=1e-5, abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------------ mixed precision
+def _changed_share(out, trainer_env) -> tuple[float, set]:
+    from safetensors.torch import load_file
+
+    init = load_file(str(trainer_env["model"] / "model.safetensors"))
+    after = load_file(str(out / "checkpoints" / "step-00000001" / "model" / "model.safetensors"))
+    # against the initial weights as loaded in the run's dtype (bfloat16 master weights start rounded)
+    changed = sum(int((after[k] != init[k].to(after[k].dtype)).sum()) for k in init)
+    return changed / sum(v.numel() for v in init.values()), {str(v.dtype) for v in after.values()}
+
+
+def test_bfloat16_compute_keeps_float32_master_weights_so_small_updates_land(trainer_env, loss_spy, tmp_path):
+    # one AdamW step at the paper's lr 2e-6 moves every weight with a gradient by ~2e-6, about 1e-4 of a typical
+    # weight of this model (~0.02): representable in float32 (eps 1.2e-7), far below bfloat16's resolution (2^-8
+    # relative). Mixed precision (bf16 compute, float32 master weights) keeps them; bf16 master weights lose them.
+    common = ["optim.lr=2e-6", "model.dtype=bfloat16"]
+    run(trainer_env, loss_spy, tmp_path / "mixed", "grpo", 1, *common)
+    run(trainer_env, loss_spy, tmp_path / "pure", "grpo", 1, *common, "model.master_dtype=bfloat16")
+    mixed, mixed_dtypes = _changed_share(tmp_path / "mixed", trainer_env)
+    pure, pure_dtypes = _changed_share(tmp_path / "pure", trainer_env)
+    assert mixed_dtypes == {"torch.float32"} and pure_dtypes == {"torch.bfloat16"}
+    assert mixed > 0.9, mixed
+    assert pure < 0.1, pure
+
+
+def test_mixed_precision_forwards_compute_in_bfloat16(tiny_model):
+    import copy
+
+    from xrpo.trainer.update import Policy
+
+    model = copy.deepcopy(tiny_model)
+    policy = Policy(model, None, None, 0, autocast_dtype=torch.bfloat16)
+    with torch.no_grad(), policy.compute():
+        logits = model(torch.tensor([[5, 6, 7]])).logits
+    assert logits.dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32

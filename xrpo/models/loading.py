@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from xrpo.models import lora
+
 __all__ = [
     "cache_root",
     "gguf_kwargs",
     "gguf_to_dir",
     "load_model",
     "load_tokenizer",
+    "lora_to_dir",
     "package_dir",
     "resolve_model_dir",
 ]
@@ -30,7 +33,13 @@ def cache_root(cache_dir: str | None = None) -> Path:
 
 
 def resolve_model_dir(
-    path: str, *, gguf_file: str | None = None, cache_dir: str | None = None, warmup_steps: int | None = None, log=print
+    path: str,
+    *,
+    gguf_file: str | None = None,
+    cache_dir: str | None = None,
+    warmup_steps: int | None = None,
+    merged_lora: bool = True,
+    log=print,
 ) -> str:
     """The model directory (or hub id) that transformers and vLLM both load for the model named ``path``.
 
@@ -38,8 +47,10 @@ def resolve_model_dir(
     built-in model's own default);
     "package:NAME" -> the installed package's directory; a GGUF model (``gguf_file`` inside that directory) -> a
     safetensors directory converted from it once and cached (`gguf_to_dir`), since vLLM's GGUF support keeps the
-    weights quantised and cannot take the trainer's float weights back; anything else as it is (a local directory
-    must exist; a hub id is left to transformers / vLLM)."""
+    weights quantised and cannot take the trainer's float weights back; a LoRA adapter directory (a LoRA run's
+    checkpoint, `xrpo.models.lora`) -> with ``merged_lora`` a directory of its base model with the adapter merged,
+    written once and cached (`lora_to_dir`), which vLLM loads like any model; anything else as it is (a local
+    directory must exist; a hub id is left to transformers / vLLM)."""
     src = path
     if src.startswith("package:"):
         src = str(package_dir(src[len("package:") :]))
@@ -53,6 +64,8 @@ def resolve_model_dir(
         raise FileNotFoundError(f"model.path {src} does not exist")
     if gguf_kwargs(src, gguf_file):
         src = str(gguf_to_dir(src, gguf_file, cache_dir=cache_dir, log=log))
+    if merged_lora and lora.is_adapter_dir(src):
+        src = str(lora_to_dir(src, cache_dir=cache_dir, log=log))
     return src
 
 
@@ -86,7 +99,14 @@ def load_model(
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    src = resolve_model_dir(path, gguf_file=gguf_file, cache_dir=cache_dir, warmup_steps=warmup_steps, log=log)
+    src = resolve_model_dir(
+        path, gguf_file=gguf_file, cache_dir=cache_dir, warmup_steps=warmup_steps, merged_lora=False, log=log
+    )
+    if lora.is_adapter_dir(src):
+        # a LoRA run's checkpoint: its base model with the adapter merged in (a plain model, as evaluation expects)
+        base, _, _ = load_model(lora.adapter_base(src), dtype=dtype, cache_dir=cache_dir, device=device, log=log)
+        model = lora.merged_model(lora.load_adapter(base, src, trainable=False))
+        return model, load_tokenizer(src), src
     kw = gguf_kwargs(src, gguf_file)
     try:
         tokenizer = load_tokenizer(src, gguf_file=gguf_file)
@@ -131,6 +151,33 @@ def gguf_to_dir(src: str, gguf_file: str, *, cache_dir: str | None = None, log=p
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / "COMPLETE").write_text(f"{src}/{name}\n")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def lora_to_dir(src: str, *, cache_dir: str | None = None, log=print) -> Path:
+    """Merge the LoRA adapter in ``src`` into its base model and save the result (float32) with the tokenizer as a
+    safetensors directory under the cache (`cache_root`/lora/), once, keyed by the adapter file's path, size and
+    modification time; written to a temporary directory and renamed, as `gguf_to_dir` does."""
+    import hashlib
+    import shutil
+
+    weights = sorted(Path(src).glob("adapter_model.*"))
+    ident = [str(Path(src).resolve())] + [f"{w.name}:{w.stat().st_size}:{w.stat().st_mtime_ns}" for w in weights]
+    key = hashlib.sha256("\0".join(ident).encode()).hexdigest()[:16]
+    final = cache_root(cache_dir) / "lora" / f"{Path(src).parent.name}-{key}"
+    if (final / "COMPLETE").exists():
+        return final
+    log(f"merging the LoRA adapter {src} into its base model (once; cached in {final}) ...")
+    model, tokenizer, _ = load_model(src, dtype="float32", cache_dir=cache_dir, device="cpu", log=log)
+    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "COMPLETE").write_text(f"{src}\n")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -27,6 +27,7 @@ def build_engine(
     kv_cache_gib: float | None = None,
     max_model_len: int | None = None,
     enforce_eager: bool | None = None,
+    autocast_dtype: str | None = None,
 ):
     """A `RolloutEngine` of kind ``kind``.
 
@@ -37,7 +38,9 @@ def build_engine(
             loaded into vLLM after the start (the trainer's model, which on resume holds the checkpoint's weights).
         model_dir: vllm: the resolved model directory vLLM loads (`xrpo.models.loading.resolve_model_dir`; never a
             name such as "default" or "package:NAME", which mean nothing to vLLM). Required for vllm.
-        dtype: the model's parameter dtype ("float32", "bfloat16").
+        dtype: the dtype the model computes in ("float32", "bfloat16").
+        autocast_dtype: hf: None, or the dtype the engine samples in under `torch.autocast` (a model whose float32
+            parameters compute in bfloat16: mixed precision).
         seed: vllm: the engine's seed (for requests without their own).
         max_batch_size: hf: most sequences per generate call (None: the engine's default).
         vllm_dtype: vllm: the dtype vLLM computes in; "auto" is ``dtype``, so that its log-probs match the model's.
@@ -50,6 +53,10 @@ def build_engine(
         if model is None:
             raise ValueError("engine hf: samples from a loaded transformers model; pass model=")
         kw = {} if max_batch_size is None else {"max_batch_size": max_batch_size}
+        if autocast_dtype is not None:
+            import torch
+
+            kw["autocast_dtype"] = getattr(torch, autocast_dtype)
         return HFEngine(model, tokenizer, **kw)
     if kind == "vllm":
         from xrpo.rollout.vllm_engine import VLLMEngine

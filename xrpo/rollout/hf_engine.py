@@ -118,6 +118,8 @@ class HFEngine:
         eos_token_ids: token ids that end a completion. None: the tokenizer's EOS plus the model's
             `generation_config.eos_token_id` (chat models often have several, e.g. `<|im_end|>` and `<|endoftext|>`).
         add_special_tokens: passed to the tokenizer when encoding prompts.
+        autocast_dtype: None, or the dtype generation computes in under `torch.autocast` (mixed precision: float32
+            weights, bfloat16 compute), as the trainer's forward passes do.
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class HFEngine:
         device: str | torch.device | None = None,
         eos_token_ids: Sequence[int] | None = None,
         add_special_tokens: bool = False,
+        autocast_dtype: torch.dtype | None = None,
     ):
         if not hasattr(model, "generate"):
             raise ValueError(f"model: expected a transformers model with .generate, got {type(model).__name__}")
@@ -136,6 +139,9 @@ class HFEngine:
             raise ValueError(f"max_batch_size: expected an int >= 1, got {max_batch_size!r}")
         self.model = model
         self.tokenizer = tokenizer
+        # mixed precision: the trainer keeps float32 master weights and computes in bfloat16 under autocast; sampling
+        # under the same autocast keeps the engine's log-probs those of the distribution the trainer computes
+        self.autocast_dtype = autocast_dtype
         self.max_batch_size = max_batch_size
         self.add_special_tokens = bool(add_special_tokens)
 
@@ -233,7 +239,7 @@ class HFEngine:
 
         row_rollouts: list[Rollout | None] = [None] * len(rows)
         kept: dict[tuple[int, ...], tuple[_Prefix, int]] = {}
-        with self._seeded(params.seed), self._eval_mode(), torch.no_grad():
+        with self._seeded(params.seed), self._eval_mode(), torch.no_grad(), self._autocast():
             for chunk, prefix in batches:
                 source = (prefix, [hits[r][1] for r in chunk]) if prefix is not None else None
                 rollouts, state = self._generate_chunk(
@@ -392,6 +398,11 @@ class HFEngine:
         with torch.random.fork_rng(devices=devices, device_type=self.device.type if devices else "cuda"):
             torch.manual_seed(seed)
             yield
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     @contextlib.contextmanager
     def _eval_mode(self) -> Iterator[None]:

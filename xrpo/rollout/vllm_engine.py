@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from xrpo.models.lora import inference_state_dict
 from xrpo.rollout.engine import (
     Rollout,
     SamplingParams,
@@ -494,7 +495,8 @@ class VLLMEngine:
                 f"load_weights skips the post-load processing that quantisation needs, and an in-place reload with "
                 f"new weights arrived in vLLM 0.16. Upgrade vLLM ({INSTALL_HINT}) or serve unquantised weights."
             )
-        state = model.state_dict()
+        # a LoRA model (peft) is loaded as the merged weights, under the base model's names
+        state = inference_state_dict(model)
         if self.worker_in_process:
             weights = [(name, tensor.detach()) for name, tensor in state.items()]
         else:

@@ -52,7 +52,30 @@ class ModelConfig:
     """GGUF file name inside `path`: dequantised by transformers (needs the `gguf` package) and saved once as a
     safetensors directory in the cache (see cache_dir), which the trainer and vLLM then load."""
     dtype: str = "float32"
-    """Parameter dtype for training: float32 or bfloat16."""
+    """The dtype the model computes in (training forward and backward, old and reference log-probs, hf rollouts,
+    vLLM's "auto"): float32 or bfloat16. With bfloat16 the trained parameters and AdamW's state stay float32
+    (master weights; see master_dtype) and every forward runs under torch.autocast in bfloat16: mixed precision as
+    verl's FSDP and TRL's bf16 training do it."""
+    master_dtype: str | None = None
+    """The dtype the trained parameters and AdamW's state are kept in (None: float32). "bfloat16" (only with
+    dtype=bfloat16) trains bfloat16 weights directly: half the memory of weights, gradients and optimiser state, but
+    an update smaller than about 2^-9 of a weight rounds away (AdamW at lr 2e-6 changes most weights by less)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them (transformers' own
+    gradient checkpointing, non-reentrant): activation memory of a micro-batch falls from every layer's to one
+    layer's plus the layers' inputs, for about a third more compute in the update. Same loss and gradients."""
+    lora_rank: int = 0
+    """LoRA rank (peft; the `lora` extra): 0 = full fine-tuning. > 0: only the adapters train and are checkpointed,
+    the frozen base weights are held once in model.dtype, the KL reference is the base model with the adapters
+    disabled (no second copy), and the rollout engines see the merged weights after each step."""
+    lora_alpha: float = 32.0
+    """LoRA scaling numerator: the adapters' update is scaled by lora_alpha / lora_rank."""
+    lora_dropout: float = 0.0
+    """LoRA dropout; only 0 is accepted: the trainer keeps the model in eval mode so that the first mini-batch's
+    importance ratio is exactly 1 (docs/methods.md), and dropout on the adapters would break that."""
+    lora_target_modules: list[str] | str = "all-linear"
+    """Modules that get adapters: name suffixes (e.g. [q_proj, k_proj, v_proj, o_proj]) or "all-linear" (every
+    linear layer but the output head)."""
     use_chat_template: bool | None = None
     """Wrap prompts in the tokenizer's chat template (None: when the tokenizer has one)."""
     system_prompt: str | None = None
@@ -179,6 +202,12 @@ class OptimConfig:
     micro_batch_tokens: int = 8192
     """Token budget (padded rows x length) of one forward/backward micro-batch; bounds memory whatever the group
     sizes."""
+    logprob_chunk_tokens: int | None = None
+    """None: log-probs from the model's own forward, which holds the logits of every position of a micro-batch
+    (rows x length x vocabulary; Qwen's 151,936-token vocabulary at 8,192 tokens is 5 GB in float32, more with
+    log_softmax and its gradient). An int: the final hidden states go through the output projection this many
+    completion tokens at a time, each chunk recomputed in the backward pass, so the logits held at once are one
+    chunk's. Same values and gradients to float rounding."""
     old_logprobs: str = "auto"
     """Where the old log-probs of the PPO ratio come from: "recompute" (a forward pass of the training model before
     the update, as verl does), "reuse" (the engine's sampling log-probs wherever a rollout is trained under the prompt
@@ -245,6 +274,58 @@ class TrainConfig:
         except (ValueError, TypeError, AttributeError) as e:
             named = str(e).startswith(("families", "levels"))
             raise ValueError(f"data.{e}" if named else f"data.levels: {e}") from None
+
+    def _check_model(self) -> None:
+        mc = self.model
+        _check(mc.dtype in ("float32", "bfloat16"), "model.dtype", "must be float32 or bfloat16", mc.dtype)
+        _check(
+            mc.master_dtype in (None, "float32", "bfloat16"),
+            "model.master_dtype",
+            "must be null, float32 or bfloat16",
+            mc.master_dtype,
+        )
+        _check(
+            not (mc.master_dtype == "bfloat16" and mc.dtype == "float32"),
+            "model.master_dtype",
+            "must not be bfloat16 with model.dtype=float32 (float32 compute from bfloat16 weights gains nothing)",
+            mc.master_dtype,
+        )
+        _check(
+            isinstance(mc.gradient_checkpointing, bool),
+            "model.gradient_checkpointing",
+            "must be a bool",
+            mc.gradient_checkpointing,
+        )
+        _check(
+            isinstance(mc.lora_rank, int) and not isinstance(mc.lora_rank, bool) and mc.lora_rank >= 0,
+            "model.lora_rank",
+            "must be an int >= 0 (0: full fine-tuning)",
+            mc.lora_rank,
+        )
+        _check(mc.lora_alpha > 0, "model.lora_alpha", "must be > 0", mc.lora_alpha)
+        _check(
+            mc.lora_dropout == 0,
+            "model.lora_dropout",
+            "must be 0: the model stays in eval mode so that the first mini-batch's importance ratio is exactly 1, "
+            "which dropout on the adapters would break",
+            mc.lora_dropout,
+        )
+        t = mc.lora_target_modules
+        _check(
+            t == "all-linear" or (isinstance(t, list) and t and all(isinstance(x, str) and x for x in t)),
+            "model.lora_target_modules",
+            'must be "all-linear" or a non-empty list of module names',
+            t,
+        )
+        if mc.lora_rank > 0:
+            import importlib.util
+
+            _check(
+                importlib.util.find_spec("peft") is not None,
+                "model.lora_rank",
+                "> 0 needs peft: pip install 'xrpo[lora]'",
+                mc.lora_rank,
+            )
 
     def validate(self) -> TrainConfig:
         """Cross-field checks; raises ValueError naming the field."""
@@ -384,8 +465,17 @@ class TrainConfig:
         )
         _check(self.threads is None or self.threads >= 1, "threads", "must be >= 1", self.threads)
         _check(self.keep_last >= 1, "keep_last", "must be >= 1", self.keep_last)
+        self._check_model()
         _check(
-            self.model.dtype in ("float32", "bfloat16"), "model.dtype", "must be float32 or bfloat16", self.model.dtype
+            o.logprob_chunk_tokens is None
+            or (
+                isinstance(o.logprob_chunk_tokens, int)
+                and not isinstance(o.logprob_chunk_tokens, bool)
+                and o.logprob_chunk_tokens >= 1
+            ),
+            "optim.logprob_chunk_tokens",
+            "must be null or an int >= 1",
+            o.logprob_chunk_tokens,
         )
         return self
 

@@ -58,14 +58,18 @@ from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
 from xrpo.trainer.config import TrainConfig, from_dict, to_dict
 from xrpo.trainer.logging import MechanismTotals, RunLogger
+from xrpo.trainer.memory import format_estimate
 from xrpo.trainer.setup import (
+    autocast_dtype,
     build_engine,
     check_prompt_lengths,
     load_corpus,
     load_data,
     load_model,
+    load_policy,
     lr_scheduler,
     make_renderer,
+    memory_estimate,
     new_corpus,
 )
 from xrpo.trainer.update import NonFiniteLossError, Policy, UpdateBatch, old_logprobs, policy_update, sample_logprobs
@@ -134,12 +138,12 @@ def train(
     torch.manual_seed(cfg.seed)
 
     train_problems, heldout = load_data(cfg, log=log)
-    model, tokenizer, init_path = load_model(cfg, log=log)
-    if ckpt_path is not None:
-        model, tokenizer, _ = load_model(cfg, path=str(ckpt_path / "model"), log=log)
+    model, tokenizer, init_path = load_policy(
+        cfg, checkpoint_model=str(ckpt_path / "model") if ckpt_path is not None else None, log=log
+    )
     ref_model = None
-    if m.kl_coef > 0:
-        # the reference is the initial policy, also on resume
+    if m.kl_coef > 0 and cfg.model.lora_rank == 0:
+        # the reference is the initial policy, also on resume (with LoRA: the policy with its adapters disabled)
         ref_model, _, _ = load_model(cfg, path=init_path, log=lambda *_: None)
         ref_model.eval().requires_grad_(False)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -173,7 +177,9 @@ def train(
     # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs at
     # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there)
     reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and r.engine == "hf")) and r.temperature == 1.0
-    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters
+    optimizer = torch.optim.AdamW(trained, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    compute_dtype = autocast_dtype(cfg)
     policy = Policy(
         model=model,
         optimizer=optimizer,
@@ -181,7 +187,13 @@ def train(
         pad_id=pad_id,
         ref_model=ref_model,
         reuse_logprobs=reuse_lp,
+        reference_is_base=m.kl_coef > 0 and cfg.model.lora_rank > 0,
+        autocast_dtype=getattr(torch, compute_dtype) if compute_dtype else None,
+        logprob_chunk_tokens=o.logprob_chunk_tokens,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
     )
+    est, capacity = memory_estimate(cfg, model)
+    log(format_estimate(est, device_bytes=capacity))
     scheduler = lr_scheduler(optimizer, o, cfg.steps)
     start_step = 0
     history: list[dict] = []

@@ -54,10 +54,66 @@ def _model_source(cfg: TrainConfig) -> dict:
 
 
 def load_model(cfg: TrainConfig, *, path: str | None = None, log=print):
-    """Returns (model, tokenizer, initial_model_path) of ``path or cfg.model.path`` (``path``: checkpoints,
-    reference), through `xrpo.models.loading.load_model`; ``initial_model_path`` is the resolved directory (or hub id)
-    the weights came from."""
-    return loading.load_model(path or cfg.model.path, dtype=cfg.model.dtype, log=log, **_model_source(cfg))
+    """Returns (model, tokenizer, initial_model_path) of ``path or cfg.model.path`` (``path``: the KL reference), in
+    `param_dtype`, through `xrpo.models.loading.load_model`; ``initial_model_path`` is the resolved directory (or hub
+    id) the weights came from. The model to train comes from `load_policy`."""
+    return loading.load_model(path or cfg.model.path, dtype=param_dtype(cfg), log=log, **_model_source(cfg))
+
+
+def param_dtype(cfg: TrainConfig) -> str:
+    """The dtype the trained parameters are kept in: model.master_dtype (None: float32) for full fine-tuning; with
+    LoRA the frozen base weights are held in model.dtype (no master copy is needed for weights that never update;
+    peft keeps the adapters in float32)."""
+    m = cfg.model
+    if m.lora_rank > 0:
+        return m.dtype
+    return m.master_dtype or "float32"
+
+
+def autocast_dtype(cfg: TrainConfig) -> str | None:
+    """The dtype forward passes run in under `torch.autocast`, or None when the parameters already are in the
+    compute dtype: bfloat16 compute over float32 master weights (or float32 adapters) is mixed precision."""
+    m = cfg.model
+    if m.dtype == "float32":
+        return None
+    trained = "float32" if m.lora_rank > 0 else (m.master_dtype or "float32")
+    return m.dtype if trained != m.dtype else None
+
+
+def load_policy(cfg: TrainConfig, *, checkpoint_model: str | None = None, log=print):
+    """Returns (model, tokenizer, initial_model_path): the model to train, in `param_dtype`, with the memory
+    features of the config applied (LoRA adapters, gradient checkpointing). ``checkpoint_model``: a checkpoint's
+    model directory to resume from (full weights, or with LoRA the adapter saved there on top of the base model)."""
+    m = cfg.model
+    dtype = param_dtype(cfg)
+    if m.lora_rank > 0:
+        from xrpo.models import lora
+
+        base, tokenizer, init_path = loading.load_model(m.path, dtype=dtype, log=log, **_model_source(cfg))
+        if checkpoint_model is not None:
+            model = lora.load_adapter(base, checkpoint_model, trainable=True)
+        else:
+            model = lora.apply_lora(
+                base,
+                rank=m.lora_rank,
+                alpha=m.lora_alpha,
+                dropout=m.lora_dropout,
+                target_modules=m.lora_target_modules,
+                base_path=init_path,
+            )
+    else:
+        model, tokenizer, init_path = loading.load_model(
+            checkpoint_model or m.path, dtype=dtype, log=log, **_model_source(cfg)
+        )
+        if checkpoint_model is not None:  # the reference and vLLM start from the initial model, also on resume
+            init_path = loading.resolve_model_dir(m.path, log=log, **_model_source(cfg))
+    if m.gradient_checkpointing:
+        from xrpo.trainer.logprobs import unwrap_causal_lm
+
+        # non-reentrant: no need for inputs that require grad (LoRA's frozen embeddings), and it composes with
+        # the chunked log-probs' own checkpoints
+        unwrap_causal_lm(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model, tokenizer, init_path
 
 
 def build_engine(cfg: TrainConfig, model, tokenizer):
@@ -81,6 +137,7 @@ def build_engine(cfg: TrainConfig, model, tokenizer):
         kv_cache_gib=r.vllm_kv_cache_gib,
         max_model_len=r.vllm_max_model_len,
         enforce_eager=r.vllm_enforce_eager,
+        autocast_dtype=autocast_dtype(cfg),
     )
 
 
@@ -139,3 +196,35 @@ def lr_scheduler(optimizer, o, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
         return 1.0
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+
+
+def memory_estimate(cfg: TrainConfig, model):
+    """(`xrpo.trainer.memory.MemoryEstimate`, device capacity in bytes or None) of this config with this model."""
+    from xrpo.trainer import memory
+
+    r, o = cfg.rollout, cfg.optim
+    device = next(model.parameters()).device
+    capacity = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    shape = memory.model_shape(model)
+    vllm = 0
+    if r.engine == "vllm":
+        if capacity is not None:
+            vllm = int(r.vllm_gpu_memory_utilization * capacity)
+        else:
+            vllm = int(r.vllm_kv_cache_gib * memory.GIB) + shape.n_params * memory.DTYPE_BYTES[cfg.model.dtype]
+    # a full micro-batch: rows as long as a prompt plus a completion, completions max_new_tokens long
+    row = cfg.data.max_prompt_tokens + r.max_new_tokens
+    rows = max(1, o.micro_batch_tokens // row)
+    est = memory.estimate_memory(
+        shape,
+        dtype=cfg.model.dtype,
+        param_dtype=param_dtype(cfg),
+        lora=cfg.model.lora_rank > 0,
+        kl=cfg.method.kl_coef > 0,
+        micro_batch_tokens=min(o.micro_batch_tokens, rows * row),
+        completion_tokens=rows * r.max_new_tokens,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        logprob_chunk_tokens=o.logprob_chunk_tokens,
+        vllm_bytes=vllm,
+    )
+    return est, capacity

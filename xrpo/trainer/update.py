@@ -11,6 +11,7 @@ gives exactly the full-batch gradient.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,62 @@ class Policy:
     """The frozen reference of the KL term (None when method.kl_coef = 0)."""
     reuse_logprobs: bool = False
     """Reuse the engine's log-probs as old log-probs where a rollout is trained under the prompt it was sampled from."""
+    reference_is_base: bool = False
+    """The KL reference is ``model`` with its LoRA adapters disabled (no second copy of the base model)."""
+    autocast_dtype: torch.dtype | None = None
+    """Mixed precision: every forward runs under `torch.autocast` in this dtype (float32 master weights)."""
+    logprob_chunk_tokens: int | None = None
+    """Completion tokens per chunk of the output projection (`xrpo.trainer.logprobs.chunked_token_logprobs`)."""
+    gradient_checkpointing: bool = False
+    """The training forward recomputes each decoder layer's activations in the backward pass."""
+
+    @property
+    def has_reference(self) -> bool:
+        return self.ref_model is not None or self.reference_is_base
+
+    def compute(self):
+        """The context every forward of the policy (and reference) runs in: autocast for mixed precision."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(next(self.model.parameters()).device.type, dtype=self.autocast_dtype)
+
+    def logprobs(self, model, prompts, completions, token_budget: int, temperature: float) -> list[list[float]]:
+        """`all_completion_logprobs` of ``model`` (the policy or the reference) in this policy's compute context."""
+        with self.compute():
+            return all_completion_logprobs(
+                model, prompts, completions, self.pad_id, token_budget, temperature, self.logprob_chunk_tokens
+            )
+
+    def reference_logprobs(self, prompts, completions, token_budget: int, temperature: float) -> list[list[float]]:
+        if self.reference_is_base:
+            with self.model.disable_adapter():
+                return self.logprobs(self.model, prompts, completions, token_budget, temperature)
+        return self.logprobs(self.ref_model, prompts, completions, token_budget, temperature)
+
+
+@contextlib.contextmanager
+def checkpointing(model, enabled: bool):
+    """transformers runs a decoder layer under gradient checkpointing only when that layer is in training mode; the
+    trainer keeps the model in eval mode (no dropout, so that the first mini-batch's ratio is exactly 1). Inside this
+    block only the layers that carry transformers' checkpointing switch are flagged as training: their submodules,
+    dropout included, stay in eval mode, so the forward computes exactly what it computes outside."""
+    if not enabled:
+        yield
+        return
+    from transformers import PreTrainedModel
+
+    layers = [
+        m
+        for m in model.modules()
+        if getattr(m, "gradient_checkpointing", False) is True and not m.training and not isinstance(m, PreTrainedModel)
+    ]
+    for m in layers:
+        m.training = True
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.training = False
 
 
 @dataclass
@@ -59,21 +116,19 @@ def old_logprobs(policy: Policy, records: list, cfg: TrainConfig, step: int) -> 
     """The old log-probs of the PPO ratio and the reference log-probs (None without a reference model) of every
     rollout under its training prompt, and how many rows were recomputed."""
     r, o = cfg.rollout, cfg.optim
-    model, ref_model, pad_id, reuse_lp = policy.model, policy.ref_model, policy.pad_id, policy.reuse_logprobs
+    reuse_lp = policy.reuse_logprobs
     prompts = [x.train_prompt_ids for x in records]
     comps = [x.completion_ids for x in records]
     old_lp = [list(x.logprobs) for x in records]
     redo = [i for i, x in enumerate(records) if not reuse_lp or x.train_prompt_ids != x.gen_prompt_ids]
     if redo:
-        fresh = all_completion_logprobs(
-            model, [prompts[i] for i in redo], [comps[i] for i in redo], pad_id, o.micro_batch_tokens, r.temperature
+        fresh = policy.logprobs(
+            policy.model, [prompts[i] for i in redo], [comps[i] for i in redo], o.micro_batch_tokens, r.temperature
         )
         for i, v in zip(redo, fresh):
             old_lp[i] = v
     ref_lp = (
-        all_completion_logprobs(ref_model, prompts, comps, pad_id, o.micro_batch_tokens, r.temperature)
-        if ref_model is not None
-        else None
+        policy.reference_logprobs(prompts, comps, o.micro_batch_tokens, r.temperature) if policy.has_reference else None
     )
     if not all(math.isfinite(v) for row in old_lp for v in row):
         raise NonFiniteLossError(
@@ -92,11 +147,10 @@ def sample_logprobs(policy: Policy, records: list, cfg: TrainConfig) -> list | N
     moved = [i for i, x in enumerate(records) if x.seeded and x.train_prompt_ids != x.gen_prompt_ids]
     sample_lp = [list(x.logprobs) for x in records]
     if moved and not policy.reuse_logprobs:
-        fresh = all_completion_logprobs(
+        fresh = policy.logprobs(
             policy.model,
             [records[i].gen_prompt_ids for i in moved],
             [records[i].completion_ids for i in moved],
-            policy.pad_id,
             o.micro_batch_tokens,
             r.temperature,
         )
@@ -132,13 +186,15 @@ def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: in
             mb_loss = mb_kl = mb_total = 0.0
             for micro in micro_batches(lengths, o.micro_batch_tokens):
                 idx = [mb[j] for j in micro]
-                lp, mask = completion_logprobs(
-                    model,
-                    [records[i].train_prompt_ids for i in idx],
-                    [records[i].completion_ids for i in idx],
-                    pad_id,
-                    cfg.rollout.temperature,
-                )
+                with policy.compute(), checkpointing(model, policy.gradient_checkpointing):
+                    lp, mask = completion_logprobs(
+                        model,
+                        [records[i].train_prompt_ids for i in idx],
+                        [records[i].completion_ids for i in idx],
+                        pad_id,
+                        cfg.rollout.temperature,
+                        policy.logprob_chunk_tokens,
+                    )
                 old = _pad([old_lp[i] for i in idx], lp.shape[1])
                 loss, lm = loss_fn(
                     lp,
@@ -188,7 +244,9 @@ def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: in
             if o.grad_clip > 0:
                 gn = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
             else:
-                gn = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in model.parameters() if p.grad is not None))
+                gn = torch.sqrt(
+                    sum((p.grad.detach().float() ** 2).sum() for p in model.parameters() if p.grad is not None)
+                )
             if not torch.isfinite(gn):
                 raise NonFiniteLossError(f"non-finite gradient norm at step {step}; nothing was saved")
             grad_norms.append(float(gn))
