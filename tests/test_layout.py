@@ -97,7 +97,8 @@ def test_every_test_directory_mirrors_a_package_directory():
         key = d.relative_to(ROOT).as_posix()
         if key in NOT_A_PACKAGE or any(key.startswith(k + "/") for k in NOT_A_PACKAGE):
             continue
-        # tests/study mirrors the top-level study/ directory (the comparative study), the rest mirror xrpo/
-        if not ((ROOT / "xrpo" / rel).is_dir() or (ROOT / rel).is_dir() and rel.parts[0] == "study"):
+        # tests/study and tests/benchmarks mirror the top-level study/ (the comparative study) and benchmarks/ (the
+        # GPU check's CPU rehearsal) directories, the rest mirror xrpo/
+        if not ((ROOT / "xrpo" / rel).is_dir() or (ROOT / rel).is_dir() and rel.parts[0] in ("study", "benchmarks")):
             strays.append(key)
     assert not strays, f"test directories with no package directory: {strays}"

@@ -47,9 +47,11 @@ def set_rng_state(state: dict) -> None:
 
 def load_training_state(ckpt: Path, optimizer, scheduler) -> None:
     """Restore what `save_checkpoint` saved besides the model: optimizer, scheduler and the random generators."""
-    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
-    scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
-    set_rng_state(torch.load(ckpt / "rng.pt", weights_only=False))
+    # map_location="cpu": a checkpoint written on a GPU resumes on a CPU-only machine too; the optimiser's
+    # load_state_dict moves each state tensor to its parameter's device (and dtype)
+    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False, map_location="cpu"))
+    scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False, map_location="cpu"))
+    set_rng_state(torch.load(ckpt / "rng.pt", weights_only=False, map_location="cpu"))
 
 
 def save_checkpoint(

@@ -213,7 +213,8 @@ class OptimConfig:
     the update, as verl does), "reuse" (the engine's sampling log-probs wherever a rollout is trained under the prompt
     it was sampled from; ICL-seeded rollouts trained under the original prompt are always recomputed; needs
     rollout.temperature=1, the engine's log-probs being temperature-1 ones), or "auto" (reuse with the hf engine,
-    whose log-probs come from the training model itself, at temperature 1; recompute otherwise)."""
+    whose log-probs come from the training model itself, at temperature 1 and model.dtype=float32; recompute
+    otherwise)."""
     ppo_epochs: int = 1
     """Passes over each step's rollouts."""
     mini_batches: int = 1

@@ -175,8 +175,11 @@ def train(
         m,
     )
     # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs at
-    # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there)
-    reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and r.engine == "hf")) and r.temperature == 1.0
+    # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there).
+    # bfloat16 compute: a KV-cached decode and a full forward differ by bfloat16 rounding (up to ~0.1 per log-prob on
+    # a GPU, docs/benchmarks.md "## GPU"), so "auto" recomputes there
+    auto_reuse = r.engine == "hf" and cfg.model.dtype == "float32"
+    reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and auto_reuse)) and r.temperature == 1.0
     trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters
     optimizer = torch.optim.AdamW(trained, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
     compute_dtype = autocast_dtype(cfg)

@@ -195,11 +195,12 @@ def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: in
                         cfg.rollout.temperature,
                         policy.logprob_chunk_tokens,
                     )
-                old = _pad([old_lp[i] for i in idx], lp.shape[1])
+                # the loss's inputs on the device of the log-probs (the model's: CUDA on a GPU)
+                old = _pad([old_lp[i] for i in idx], lp.shape[1]).to(lp.device)
                 loss, lm = loss_fn(
                     lp,
                     old,
-                    adv[idx],
+                    adv[idx].to(lp.device),
                     mask,
                     clip_low=m.clip_low,
                     clip_high=m.clip_high,
@@ -210,7 +211,7 @@ def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: in
                 )
                 mb_loss += float(loss.detach())
                 if ref_lp is not None:
-                    kl = kl_penalty(lp, _pad([ref_lp[i] for i in idx], lp.shape[1]), kind=m.kl_estimator)
+                    kl = kl_penalty(lp, _pad([ref_lp[i] for i in idx], lp.shape[1]).to(lp.device), kind=m.kl_estimator)
                     kl_loss = aggregate_loss(
                         kl,
                         mask,
