@@ -58,6 +58,8 @@ class Limits:
             dedicated uid, see the module docstring).
         max_file_mb: largest file the program may write (RLIMIT_FSIZE).
         max_disk_mb: size of the work directory's tmpfs (mount namespace only).
+        max_files: files, directories and links the work directory's tmpfs may hold (its ``nr_inodes``; mount
+            namespace only): each is kernel memory that `max_disk_mb` does not count.
         max_open_files: RLIMIT_NOFILE.
     """
 
@@ -69,6 +71,7 @@ class Limits:
     max_processes: int = 16
     max_file_mb: int = 64
     max_disk_mb: int = 128
+    max_files: int = 4096
     max_open_files: int = 256
 
     def __post_init__(self):
@@ -78,7 +81,15 @@ class Limits:
                 raise ValueError(f"{name}: expected a positive number of seconds, got {v!r}")
         if self.cpu_seconds is not None and (isinstance(self.cpu_seconds, bool) or not self.cpu_seconds > 0):
             raise ValueError(f"cpu_seconds: expected None or a positive number, got {self.cpu_seconds!r}")
-        for name in ("memory_mb", "max_output_bytes", "max_processes", "max_file_mb", "max_disk_mb", "max_open_files"):
+        for name in (
+            "memory_mb",
+            "max_output_bytes",
+            "max_processes",
+            "max_file_mb",
+            "max_disk_mb",
+            "max_files",
+            "max_open_files",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {v!r}")
