@@ -11,7 +11,6 @@ import itertools
 import marshal
 import os
 import selectors
-import shutil
 import signal
 import sys
 import tempfile
@@ -19,6 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+
+from xrpo.sandbox.cleanup import remove_tree
 
 __all__ = ["Limits", "SandboxResult", "TestOutcome", "probe", "run_program"]
 
@@ -537,7 +538,7 @@ def run_program(
             # Without a PID namespace, processes of the slot uid may remain (ones that called setsid); with one,
             # they died with the harness, the namespace's init.
             _kill_uid(slot.uid)
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_tree(workdir)  # never raises: a tree the program made may be deep, unreadable or immutable
         if slot is not None:
             slot.release()
     wall = time.monotonic() - t0
