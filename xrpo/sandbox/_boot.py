@@ -1038,13 +1038,17 @@ def _send(f, obj) -> None:
 
 
 def _recv(f, cap: int):
-    """One message, or None at end of stream; ValueError past `cap` bytes."""
+    """One message, or None at end of stream; ValueError for a header that is not a length of 0 to `cap` bytes in
+    ASCII digits (int() would take ``-1``, which reads to the end of the stream, and ``+1`` or ``1_0``)."""
     import json
 
     head = f.readline(24)
     if not head:
         return None
-    n = int(head)
+    digits = head[:-1] if head.endswith(b"\n") else b""
+    if not digits.isdigit():  # bytes.isdigit: ASCII digits only
+        raise ValueError(f"malformed message header from the program: {bytes(head[:24])!r}")
+    n = int(digits)
     if n > cap:
         raise ValueError(f"the program sent {n} bytes, more than the output limit ({cap})")
     data = f.read(n)

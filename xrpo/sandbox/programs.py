@@ -347,6 +347,13 @@ def _env(workdir: str) -> dict[str, str]:
     }
 
 
+def _count(text: str) -> int:
+    """A length or index of the harness's stream: ASCII digits only (int() also takes "-1", "+1", "1_0", " 1")."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise ValueError(f"not a count: {text[:20]!r}")
+    return int(text)
+
+
 class _Frames:
     """The harness's stream (format in `xrpo.sandbox._boot`), parsed as it arrives: a test's outcome goes to
     `on_test` as soon as its frame is complete, and the buffer never holds more than one frame (at most
@@ -371,11 +378,11 @@ class _Frames:
                 break
             head = bytes(buf[:nl]).decode("ascii", "replace").split()
             try:
-                size = int(head[1])
+                size = _count(head[1])
             except (IndexError, ValueError):
                 self.broken = True
                 break
-            if not 0 <= size <= self.max_frame:
+            if size > self.max_frame:
                 self.broken = True
                 break
             if len(buf) - nl - 1 < size:
@@ -395,8 +402,10 @@ class _Frames:
         elif kind == "T":
             try:
                 i, status, exit_code, sig, wall_s, cpu_s, n_out, n_val, n_err = fields
-                i, n_out, n_err = int(i), int(n_out), int(n_err)
-                n_val = None if n_val == "-" else int(n_val)
+                i, n_out, n_err = _count(i), _count(n_out), _count(n_err)
+                n_val = None if n_val == "-" else _count(n_val)
+                if n_out + (n_val or 0) + n_err > len(payload):
+                    raise ValueError("the parts of a test's frame are longer than the frame")
                 test = TestOutcome(
                     status=status,
                     exit_code=None if exit_code == "-" else int(exit_code),
