@@ -24,7 +24,8 @@ from xrpo.sandbox import Limits, probe, run_program
 
 LIMITS = Limits(timeout=10, sample_timeout=20, memory_mb=256, max_processes=8)
 SLAB_BOUND_MB = 12  # bounded runs measured 0.0-3.4 MB; the unbounded ones above 19-75 MB
-PINNED_BOUND_MB = 128  # bounded runs measured < 12 MB of MemAvailable; the unbounded one (256 MB pinned) ~300 MB
+PINNED_BOUND_MB = 160  # 256 MB pinned: -248 to -304 MB of MemAvailable; refused: -12 to -99 MB, the noise of a
+# shared machine at load 5 (other test suites allocating), hence the smallest fall of up to three runs
 EPERM, ENOSPC = 1, 28
 
 PRELUDE = """
@@ -204,9 +205,8 @@ def test_slab_a_program_can_hold_is_bounded(name, layers):
 def test_pages_pinned_in_pipes_are_refused(layers):
     if "seccomp" not in layers:
         pytest.skip("refused by the seccomp filter, which this machine does not have (docs/code.md)")
-    # MemAvailable moves with everything else on a shared machine: the smaller fall of two runs
     falls = []
-    for _ in range(2):
+    for _ in range(3):
         res, _, fall = run_measured(attack("pages pinned in pipes"))
         falls.append(fall)
         if fall < PINNED_BOUND_MB:
