@@ -48,7 +48,11 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "the launcher: its config checks and composition are tested; the Ray run itself needs GPUs",
     ),
     "xrpo/sandbox/_boot.py": (
-        ("tests/sandbox/test_programs.py", "tests/rewards/test_code_adversarial.py"),
+        (
+            "tests/sandbox/test_programs.py",
+            "tests/sandbox/test_programs_kernel_memory.py",
+            "tests/rewards/test_code_adversarial.py",
+        ),
         "runs inside the sandboxed child; tested through run_program and attack programs",
     ),
     "xrpo/sandbox/_pool_worker.py": (

@@ -39,6 +39,7 @@ _MOUNT_FLAGS = {
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _STDERR_TAIL = 2000
+_MAX_PENDING_SIGNALS = 256
 
 # What the program may not call (seccomp, EPERM): what the address-space limit cannot count, since none of it needs
 # to be mapped (memfds, System V shared memory, message queues and semaphores, POSIX message queues, socket buffers,
@@ -68,6 +69,22 @@ _GENERIC_SYSCALLS = {
     "bpf": 280,
     "io_uring_setup": 425,
     "memfd_secret": 447,
+    # kernel memory no rlimit counts (issue 32): extended attributes (a 64 KiB value each, no ceiling on the stdin
+    # memfd's internal mount), pages pinned in pipes (vmsplice counts a 2 MiB huge page as one 4 KiB slot), POSIX
+    # timers, inotify / fanotify marks, epoll items (a 4%-of-RAM per-user ceiling), perf buffers, userfaultfd
+    "setxattr": 5,
+    "lsetxattr": 6,
+    "fsetxattr": 7,
+    "setxattrat": 463,
+    "vmsplice": 75,
+    "splice": 76,
+    "tee": 77,
+    "timer_create": 107,
+    "inotify_init1": 26,
+    "fanotify_init": 262,
+    "epoll_create1": 20,
+    "perf_event_open": 241,
+    "userfaultfd": 282,
 }
 _X86_64_SYSCALLS = {
     "shmget": 29,
@@ -91,6 +108,21 @@ _X86_64_SYSCALLS = {
     "bpf": 321,
     "io_uring_setup": 425,
     "memfd_secret": 447,
+    "setxattr": 188,
+    "lsetxattr": 189,
+    "fsetxattr": 190,
+    "setxattrat": 463,
+    "vmsplice": 278,
+    "splice": 275,
+    "tee": 276,
+    "timer_create": 222,
+    "inotify_init": 253,
+    "inotify_init1": 294,
+    "fanotify_init": 300,
+    "epoll_create": 213,
+    "epoll_create1": 291,
+    "perf_event_open": 298,
+    "userfaultfd": 323,
 }
 # machine -> (AUDIT_ARCH_* of its native ABI, first syscall number of a second ABI on the same arch, table)
 _SECCOMP_ARCHES = {
@@ -239,7 +271,11 @@ def _setup_mounts(libc: _Libc, job: dict, uid: int | None) -> bool:
 
 
 def _work_tmpfs(libc: _Libc, job: dict, uid: int | None, target: str) -> None:
-    opts = f"size={job['limits']['max_disk_mb']}m,mode=0700"
+    # nr_inodes: each file, directory or link is ~0.8 KiB of unreclaimable kernel memory that `size` does not count
+    # (60,000 empty files held 49 MB of slab in 0 blocks); since Linux 6.6 it also bounds the user xattrs of the
+    # tmpfs (1 KiB of it per inode), which matters where seccomp does not refuse setxattr
+    lim = job["limits"]
+    opts = f"size={lim['max_disk_mb']}m,nr_inodes={lim['max_files']},mode=0700"
     if uid is not None:
         opts += f",uid={uid},gid={uid}"
     libc.mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, opts)
@@ -507,6 +543,8 @@ def _set_limits(lim: dict, cpu: float | None, processes: int | None) -> None:
     setl(resource.RLIMIT_FSIZE, lim["max_file_mb"] * mb)
     setl(resource.RLIMIT_NOFILE, lim["max_open_files"])
     setl(resource.RLIMIT_CORE, 0)
+    # queued signals are kernel memory (~80 bytes each; the default allows ~96,000 per uid)
+    setl(resource.RLIMIT_SIGPENDING, _MAX_PENDING_SIGNALS)
     if cpu is not None:
         secs = max(1, int(-(-cpu // 1)))
         setl(resource.RLIMIT_CPU, secs, secs + 1)  # SIGXCPU at the soft limit, SIGKILL a second later
@@ -1000,13 +1038,17 @@ def _send(f, obj) -> None:
 
 
 def _recv(f, cap: int):
-    """One message, or None at end of stream; ValueError past `cap` bytes."""
+    """One message, or None at end of stream; ValueError for a header that is not a length of 0 to `cap` bytes in
+    ASCII digits (int() would take ``-1``, which reads to the end of the stream, and ``+1`` or ``1_0``)."""
     import json
 
     head = f.readline(24)
     if not head:
         return None
-    n = int(head)
+    digits = head[:-1] if head.endswith(b"\n") else b""
+    if not digits.isdigit():  # bytes.isdigit: ASCII digits only
+        raise ValueError(f"malformed message header from the program: {bytes(head[:24])!r}")
+    n = int(digits)
     if n > cap:
         raise ValueError(f"the program sent {n} bytes, more than the output limit ({cap})")
     data = f.read(n)

@@ -11,7 +11,6 @@ import itertools
 import marshal
 import os
 import selectors
-import shutil
 import signal
 import sys
 import tempfile
@@ -19,6 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+
+from xrpo.sandbox.cleanup import remove_tree
 
 __all__ = ["Limits", "SandboxResult", "TestOutcome", "probe", "run_program"]
 
@@ -58,6 +59,8 @@ class Limits:
             dedicated uid, see the module docstring).
         max_file_mb: largest file the program may write (RLIMIT_FSIZE).
         max_disk_mb: size of the work directory's tmpfs (mount namespace only).
+        max_files: files, directories and links the work directory's tmpfs may hold (its ``nr_inodes``; mount
+            namespace only): each is kernel memory that `max_disk_mb` does not count.
         max_open_files: RLIMIT_NOFILE.
     """
 
@@ -69,6 +72,7 @@ class Limits:
     max_processes: int = 16
     max_file_mb: int = 64
     max_disk_mb: int = 128
+    max_files: int = 4096
     max_open_files: int = 256
 
     def __post_init__(self):
@@ -78,7 +82,15 @@ class Limits:
                 raise ValueError(f"{name}: expected a positive number of seconds, got {v!r}")
         if self.cpu_seconds is not None and (isinstance(self.cpu_seconds, bool) or not self.cpu_seconds > 0):
             raise ValueError(f"cpu_seconds: expected None or a positive number, got {self.cpu_seconds!r}")
-        for name in ("memory_mb", "max_output_bytes", "max_processes", "max_file_mb", "max_disk_mb", "max_open_files"):
+        for name in (
+            "memory_mb",
+            "max_output_bytes",
+            "max_processes",
+            "max_file_mb",
+            "max_disk_mb",
+            "max_files",
+            "max_open_files",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {v!r}")
@@ -335,6 +347,13 @@ def _env(workdir: str) -> dict[str, str]:
     }
 
 
+def _count(text: str) -> int:
+    """A length or index of the harness's stream: ASCII digits only (int() also takes "-1", "+1", "1_0", " 1")."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise ValueError(f"not a count: {text[:20]!r}")
+    return int(text)
+
+
 class _Frames:
     """The harness's stream (format in `xrpo.sandbox._boot`), parsed as it arrives: a test's outcome goes to
     `on_test` as soon as its frame is complete, and the buffer never holds more than one frame (at most
@@ -359,11 +378,11 @@ class _Frames:
                 break
             head = bytes(buf[:nl]).decode("ascii", "replace").split()
             try:
-                size = int(head[1])
+                size = _count(head[1])
             except (IndexError, ValueError):
                 self.broken = True
                 break
-            if not 0 <= size <= self.max_frame:
+            if size > self.max_frame:
                 self.broken = True
                 break
             if len(buf) - nl - 1 < size:
@@ -383,8 +402,10 @@ class _Frames:
         elif kind == "T":
             try:
                 i, status, exit_code, sig, wall_s, cpu_s, n_out, n_val, n_err = fields
-                i, n_out, n_err = int(i), int(n_out), int(n_err)
-                n_val = None if n_val == "-" else int(n_val)
+                i, n_out, n_err = _count(i), _count(n_out), _count(n_err)
+                n_val = None if n_val == "-" else _count(n_val)
+                if n_out + (n_val or 0) + n_err > len(payload):
+                    raise ValueError("the parts of a test's frame are longer than the frame")
                 test = TestOutcome(
                     status=status,
                     exit_code=None if exit_code == "-" else int(exit_code),
@@ -526,7 +547,7 @@ def run_program(
             # Without a PID namespace, processes of the slot uid may remain (ones that called setsid); with one,
             # they died with the harness, the namespace's init.
             _kill_uid(slot.uid)
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_tree(workdir)  # never raises: a tree the program made may be deep, unreadable or immutable
         if slot is not None:
             slot.release()
     wall = time.monotonic() - t0
