@@ -93,3 +93,18 @@ def test_a_lora_checkpoint_loads_as_the_merged_model(trainer_env, tmp_path):
         changed += not torch.equal(w, base[name])
     assert changed > 0
     assert tok.pad_token_id is not None
+
+
+def test_xrpo_eval_of_a_lora_run(trainer_env, tmp_path):
+    # the user's path: `xrpo eval RUN_DIR data` on a LoRA run evaluates its latest checkpoint, merged into its base
+    from xrpo.cli import main
+
+    out = tmp_path / "run"
+    train(build_config(None, lora_overrides(trainer_env, out, 2)), log=quiet)
+    res = tmp_path / "eval"
+    args = ["eval", str(out), str(trainer_env["heldout"]), "--n", "2", "--k", "1", "--max-new-tokens", "6"]
+    rc = main([*args, "--verifier", "parity_verifier:verify", "--output", str(res)])
+    assert rc == 0
+    results = json.loads((res / "results.json").read_text())
+    assert results["settings"]["model"].endswith("step-00000002/model")  # the run's latest (adapter) checkpoint
+    assert "pass@1" in json.dumps(results["average"])

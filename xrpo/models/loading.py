@@ -123,7 +123,6 @@ def gguf_to_dir(src: str, gguf_file: str, *, cache_dir: str | None = None, log=p
     and the transformers version (which does the dequantising). Written to a temporary directory and renamed, so an
     interrupted conversion is never taken for a finished one."""
     import hashlib
-    import shutil
 
     import torch
     import transformers
@@ -140,17 +139,25 @@ def gguf_to_dir(src: str, gguf_file: str, *, cache_dir: str | None = None, log=p
     if (final / "COMPLETE").exists():
         return final
     log(f"converting {src}/{name} to safetensors (once; cached in {final}) ...")
-    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
     try:
         tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(src, gguf_file=name, dtype=torch.float32)
     except OSError as e:
         raise FileNotFoundError(f"model.gguf_file {name!r} in {src} could not be loaded: {e}") from None
+    return _save_cached(model, tokenizer, final, f"{src}/{name}")
+
+
+def _save_cached(model, tokenizer, final: Path, source: str) -> Path:
+    """Save model + tokenizer as the cache directory ``final``: into a temporary directory, marked COMPLETE, then
+    renamed, so that an interrupted write is never taken for a finished one."""
+    import shutil
+
+    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    (tmp / "COMPLETE").write_text(f"{src}/{name}\n")
+    (tmp / "COMPLETE").write_text(f"{source}\n")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -162,7 +169,6 @@ def lora_to_dir(src: str, *, cache_dir: str | None = None, log=print) -> Path:
     safetensors directory under the cache (`cache_root`/lora/), once, keyed by the adapter file's path, size and
     modification time; written to a temporary directory and renamed, as `gguf_to_dir` does."""
     import hashlib
-    import shutil
 
     weights = sorted(Path(src).glob("adapter_model.*"))
     ident = [str(Path(src).resolve())] + [f"{w.name}:{w.stat().st_size}:{w.stat().st_mtime_ns}" for w in weights]
@@ -172,16 +178,7 @@ def lora_to_dir(src: str, *, cache_dir: str | None = None, log=print) -> Path:
         return final
     log(f"merging the LoRA adapter {src} into its base model (once; cached in {final}) ...")
     model, tokenizer, _ = load_model(src, dtype="float32", cache_dir=cache_dir, device="cpu", log=log)
-    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "COMPLETE").write_text(f"{src}\n")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
+    return _save_cached(model, tokenizer, final, src)
 
 
 def gguf_kwargs(src: str, gguf_file: str | None) -> dict:
