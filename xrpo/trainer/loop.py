@@ -16,6 +16,8 @@
     end         final validation, summary.json; or, after SIGTERM / SIGINT (xrpo.trainer.preempt), a checkpoint of the
                 step just done and `TrainingStopped`, whose message names ``xrpo train --resume DIR``
 
+One process writes a run directory at a time: it holds the directory's lock (xrpo.trainer.runlock) from setup to end.
+
 Steps 2 and 4 live in `xrpo.trainer.update`; docs/methods.md ("The policy update") explains why the old log-probs, the
 policy forward, the reference log-probs and s(y) are all taken under the training prompt at the sampling temperature
 (as verl does), and why the model stays in eval mode (no dropout: the first mini-batch's ratio is exactly 1).
@@ -61,6 +63,7 @@ from xrpo.trainer import checkpoint as ckpt
 from xrpo.trainer.config import TrainConfig, from_dict, to_dict
 from xrpo.trainer.logging import MechanismTotals, RunLogger
 from xrpo.trainer.preempt import StopSignals, TrainingStopped
+from xrpo.trainer.runlock import RunLock
 from xrpo.trainer.setup import (
     build_engine,
     check_prompt_lengths,
@@ -111,7 +114,7 @@ def train(
     """Run the configured training (or resume one) and return the summary (also in summary.json). ``on_step`` is
     called after every step with a `StepReport` (for tests, custom logging or early stopping by raising). After
     SIGTERM / SIGINT it checkpoints the step under way once it ends and raises `TrainingStopped`."""
-    # what the run holds (the signal handlers) is given back however it ends
+    # what the run holds (its directory's lock, the signal handlers) is given back however it ends
     with ExitStack() as held:
         return _train(cfg, resume, log, on_step, held)
 
@@ -124,6 +127,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) 
     if resume:
         ckpt_path = ckpt.find_resume_checkpoint(resume)
         output = ckpt_path.parent.parent
+        lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))
         state = ckpt.load_state(ckpt_path)
         saved = yaml.safe_load((output / "config.yaml").read_text())
         cfg = from_dict(saved)
@@ -131,10 +135,11 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) 
     else:
         cfg.validate()
         output = Path(cfg.output or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        lock = held.enter_context(RunLock(output, "xrpo train", log=log))  # a live run there: refused, untouched
         ckpt.refuse_existing_run(output)
-        output.mkdir(parents=True, exist_ok=True)
         cfg.output = str(output)
         (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    lock.claim()
     m, r, o = cfg.method, cfg.rollout, cfg.optim
     threads = cfg.threads or (1 if cfg.model.path == "default" else None)
     if threads:
