@@ -63,6 +63,7 @@ from xrpo.trainer import checkpoint as ckpt
 from xrpo.trainer.config import TrainConfig, from_dict, to_dict
 from xrpo.trainer.logging import MechanismTotals, RunLogger
 from xrpo.trainer.preempt import StopSignals, TrainingStopped
+from xrpo.trainer.preflight import check_before_loading
 from xrpo.trainer.runlock import RunLock
 from xrpo.trainer.setup import (
     build_engine,
@@ -131,9 +132,11 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) 
         state = ckpt.load_state(ckpt_path)
         saved = yaml.safe_load((output / "config.yaml").read_text())
         cfg = from_dict(saved)
+        check_before_loading(cfg)
         log(f"resuming {output} from {ckpt_path.name}")
     else:
         cfg.validate()
+        check_before_loading(cfg)  # every check that needs no model or data: a bad config fails in a second
         output = Path(cfg.output or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
         lock = held.enter_context(RunLock(output, "xrpo train", log=log))  # a live run there: refused, untouched
         ckpt.refuse_existing_run(output)
