@@ -4,7 +4,12 @@ by name; the outputs a person looks at; bad input reported in one line with exit
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 
 import pytest
 
@@ -20,6 +25,13 @@ VERIFIER = textwrap.dedent("""
 """)
 
 
+# a verifier slow enough (0.1 s a sample) that a signal lands between two chunks of problems
+SLOW_VERIFIER = VERIFIER.replace(
+    "def verify(completion, reference):", "def verify(completion, reference):\n    time.sleep(0.1)"
+)
+SLOW_VERIFIER = "import time\n" + SLOW_VERIFIER
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, tiny_model, tiny_tokenizer):
     root = tmp_path_factory.mktemp("cli_eval")
@@ -28,6 +40,7 @@ def env(tmp_path_factory, tiny_model, tiny_tokenizer):
     rows = [{"id": f"a{i}", "question": f"What is {i} + {i}?", "answer": 2 * i} for i in range(6)]
     (root / "arith.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "cli_parity_verifier.py").write_text(VERIFIER)
+    (root / "cli_slow_verifier.py").write_text(SLOW_VERIFIER)
     return root
 
 
@@ -209,3 +222,60 @@ def test_help_lists_every_option(capsys):
 def test_report_command(capsys, tmp_path):
     assert main(["report", str(tmp_path)]) == 2
     assert "no metrics.jsonl" in capsys.readouterr().err
+
+
+def test_eval_stopped_by_sigterm_keeps_what_it_finished(env, tmp_path, capsys):
+    """A real `xrpo eval` process sent SIGTERM (a scheduler's preemption) exits 130 naming how to continue, with the
+    problems of its finished chunks on disk; the same command then samples only the others."""
+    out = tmp_path / "out"
+    argv = [
+        "eval",
+        str(env / "model"),
+        str(env / "arith.jsonl"),
+        "--n",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--chunk-size",
+        "1",
+        "--verifier",
+        "cli_slow_verifier:verify",
+        "--output",
+        str(out),
+        "--threads",
+        "1",
+    ]
+    env_vars = dict(os.environ, PYTHONPATH=os.pathsep.join([str(env), *sys.path]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xrpo.cli", *argv],
+        env=env_vars,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    done = out / "per_problem" / "arith.jsonl"
+    deadline = time.time() + 120
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            if done.exists() and done.read_text().count("\n") >= 1:
+                proc.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.01)
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert rc == 130, err
+    assert "interrupted; finished problems are saved: re-run the same command to continue" in err
+    kept = len(done.read_text().splitlines())
+    assert 1 <= kept < 6
+    sys.path.insert(0, str(env))
+    try:
+        assert main(argv) == 0
+    finally:
+        sys.path.remove(str(env))
+    assert f"{kept} problems already scored, {6 - kept} to go" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert results["sampled_problems_this_run"] == 6 - kept

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from xrpo import __version__
@@ -10,18 +11,21 @@ from xrpo import __version__
 
 def _train(args) -> int:
     from xrpo.trainer.config import build_config
-    from xrpo.trainer.loop import train
+    from xrpo.trainer.loop import TrainingStopped, train
 
-    if args.resume:
-        if args.config or args.overrides:
-            raise SystemExit(
-                "xrpo train: --resume continues a run with its saved config.yaml; "
-                "--config and key=value overrides are not allowed with it"
-            )
-        train(None, resume=args.resume)  # type: ignore[arg-type]
-        return 0
-    cfg = build_config(args.config, args.overrides)
-    train(cfg)
+    try:
+        if args.resume:
+            if args.config or args.overrides:
+                raise SystemExit(
+                    "xrpo train: --resume continues a run with its saved config.yaml; "
+                    "--config and key=value overrides are not allowed with it"
+                )
+            train(None, resume=args.resume)  # type: ignore[arg-type]
+            return 0
+        train(build_config(args.config, args.overrides))
+    except TrainingStopped as e:  # SIGTERM / SIGINT: the step under way was finished and checkpointed
+        print(f"xrpo train: {e}", file=sys.stderr)
+        return e.exit_code
     return 0
 
 
@@ -57,6 +61,8 @@ def _eval(args) -> int:
     values["data"] = args.data or ["default"]
     if values.get("k") is not None:
         values["k"] = [k for group in values["k"] for k in group]
+    # SIGTERM (a scheduler's preemption) stops an evaluation as Ctrl-C does: every finished chunk is already on disk
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         evaluate(EvalConfig(**values))
     except KeyboardInterrupt:
@@ -64,7 +70,13 @@ def _eval(args) -> int:
             "xrpo eval: interrupted; finished problems are saved: re-run the same command to continue", file=sys.stderr
         )
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _report(args) -> int:

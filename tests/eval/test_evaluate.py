@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -357,3 +358,16 @@ def test_data_specs(eval_env, tmp_path):
     }
     with pytest.raises(ValueError, match="two datasets are named 'small'"):
         evaluate(cfg_for(eval_env, tmp_path / "g", data=[str(eval_env["data"])] * 2), log=quiet)
+
+
+def test_an_output_another_evaluation_holds_is_refused(eval_env, tmp_path):
+    from xrpo.trainer.runlock import RunLock, RunLockedError
+
+    out = tmp_path / "e"
+    with RunLock(out, "xrpo eval") as lock:  # another open file description: held, as by another process
+        lock.claim()
+        with pytest.raises(RunLockedError, match=rf"{out} is in use by xrpo eval \(pid {os.getpid()} on host "):
+            evaluate(cfg_for(eval_env, out, limit=2), log=quiet)
+        assert not (out / "settings.json").exists() and not (out / "per_problem").exists()
+    res = evaluate(cfg_for(eval_env, out, limit=2), log=quiet)  # released: the same command runs
+    assert res["sampled_problems_this_run"] == 2

@@ -68,6 +68,23 @@ def test_save_keeps_the_last_ones_and_a_killed_save_leaves_the_previous_checkpoi
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000003", "step-00000004"]
 
 
+def test_a_kill_while_old_checkpoints_are_removed_leaves_none_listed_half_removed(parts, tmp_path, monkeypatch):
+    import xrpo.trainer.checkpoint as ckpt
+
+    for step in (1, 2):
+        save_checkpoint(tmp_path, step, state={}, keep_last=2, **parts)
+    real = ckpt.shutil.rmtree
+
+    def killed_midway(path, ignore_errors=False):
+        real(path / "model")  # the weights are gone, then the process is killed
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 3, state={}, keep_last=2, **parts)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000002", "step-00000003"]
+
+
 def test_list_checkpoints_only_complete_ones_in_step_order(tmp_path):
     assert list_checkpoints(tmp_path) == []
     for s in (10, 9, 100):

@@ -56,10 +56,11 @@ def ckpt_step(out: Path) -> int:
     return int(found[-1].name.split("-")[1]) if found else 0
 
 
-def kill_between_checkpoints(cmd: list[str], out: Path, env: dict, after: int) -> tuple[int, int]:
+def kill_between_checkpoints(cmd: list[str], out: Path, env: dict, after: int) -> tuple[int, int, bool]:
     """Run `cmd` and SIGKILL it once checkpoint `after` exists and metrics.jsonl has a step after the latest
     checkpoint. The process is stopped (SIGSTOP) while its files are looked at, so what is seen is what the kill
-    leaves. Returns (latest checkpoint step, last logged step)."""
+    leaves. Returns (latest checkpoint step, last logged step, whether the event files held an event of a step after
+    the checkpoint: TensorBoard's writer thread may not have written the last step's events yet)."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     try:
@@ -68,9 +69,10 @@ def kill_between_checkpoints(cmd: list[str], out: Path, env: dict, after: int) -
                 proc.send_signal(signal.SIGSTOP)
                 k, s = ckpt_step(out), last_step(out)
                 if s > k:
+                    late = HAS_TB and any(step > k for step, _ in raw_tb_counts(out / "tensorboard"))
                     proc.send_signal(signal.SIGKILL)
                     proc.wait()
-                    return k, s
+                    return k, s, late
                 proc.send_signal(signal.SIGCONT)
             time.sleep(0.01)
         raise AssertionError(
@@ -141,9 +143,9 @@ def test_killed_twice_and_resumed_is_one_run(trainer_env, tmp_path, overrides):
     env = dict(os.environ, PYTHONPATH=str(trainer_env["root"]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cli = [sys.executable, "-m", "xrpo.cli", "train"]
     out = tmp_path / "killed"
-    k1, s1 = kill_between_checkpoints(cli + [f"output={out}", *overrides], out, env, after=SAVE_EVERY)
+    k1, s1, late1 = kill_between_checkpoints(cli + [f"output={out}", *overrides], out, env, after=SAVE_EVERY)
     logged1 = {r["step"]: r for r in rows(out / "metrics.jsonl")}
-    k2, s2 = kill_between_checkpoints(cli + ["--resume", str(out)], out, env, after=k1 + SAVE_EVERY)
+    k2, s2, late2 = kill_between_checkpoints(cli + ["--resume", str(out)], out, env, after=k1 + SAVE_EVERY)
     assert k1 < s1 and k1 < k2 < s2 < STEPS + 1
     logs: list[str] = []
     summary = train(None, resume=str(out), log=logs.append)
@@ -182,7 +184,9 @@ def test_killed_twice_and_resumed_is_one_run(trainer_env, tmp_path, overrides):
     for r in gone:
         assert untimed(r) == untimed(m_ref[r["step"] - 1])
     assert gone[: s1 - k1] == [logged1[s] for s in range(k1 + 1, s1 + 1)]
-    assert (out / "tensorboard" / "discarded-events.tfrecord").exists() == HAS_TB
+    # events after a checkpoint are set aside when the kill found them written (on a loaded machine TensorBoard's
+    # writer thread can lag the metrics row: then there is nothing to set aside)
+    assert (out / "tensorboard" / "discarded-events.tfrecord").exists() == (late1 or late2)
     assert any("records brought back to step" in line for line in logs)
 
     # -------- the summary counts every segment

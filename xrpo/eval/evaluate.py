@@ -7,7 +7,8 @@ The driver, top to bottom (docs/eval.md has the user's view):
     1. model     `xrpo.eval.model`: the weights, and the run whose config.yaml supplies the defaults
                  (`xrpo.eval.settings`)
     2. data      `xrpo.eval.spec`: the data-spec language and the datasets it names
-    3. resume    `xrpo.eval.store`: settings.json and the per-problem files of the output directory
+    3. resume    `xrpo.eval.store`: settings.json and the per-problem files of the output directory, which this
+                 process holds (`xrpo.trainer.runlock`: a second evaluation into it is refused)
     4. sampling  `xrpo.rollout.validate.sample_and_score` in chunks of problems, each chunk with its own seed, through
                  the engine and renderer of `xrpo.eval.build` (test-time ICL prompts: `xrpo.eval.icl`); each
                  verified chunk is appended to per_problem/<dataset>.jsonl and flushed before the next one starts.
@@ -30,6 +31,7 @@ from xrpo.eval.model import resolve_model
 from xrpo.eval.results import make_results, write_results
 from xrpo.eval.settings import resolve_settings
 from xrpo.eval.spec import DataSpec, dataset_name, describe, load_dataset, parse_data_spec, slug
+from xrpo.trainer.runlock import RunLock
 
 __all__ = ["evaluate"]
 
@@ -70,6 +72,14 @@ def evaluate(
     verifier = get_verifier(settings["verifier"], **settings.get("verifier_args", {}))
     for name, spec, problems, _ in datasets:
         raise_reference_errors(verifier, problems, f"data {name} ({spec.source})")
+    # one process writes an output directory at a time (held from before the finished problems are read)
+    with RunLock(out, "xrpo eval", log=log) as lock:
+        lock.claim()
+        return _score(cfg, rm, settings, datasets, verifier, out, n, ks, t_start, log, on_chunk)
+
+
+def _score(cfg, rm, settings, datasets, verifier, out, n, ks, t_start, log, on_chunk) -> dict:
+    """Steps 3 (finished problems), 4 and 5 in the output directory ``out``, which this process holds."""
     done: dict[str, dict[int, dict]] = {}
     prompt_shas: dict[str, dict[str, str]] = {}
     for name, spec, problems, _ in datasets:

@@ -15,6 +15,7 @@ from xrpo.models import lora
 
 __all__ = [
     "cache_root",
+    "check_local_path",
     "gguf_kwargs",
     "gguf_to_dir",
     "load_model",
@@ -59,14 +60,19 @@ def resolve_model_dir(
 
         kw = {} if warmup_steps is None else {"warmup_steps": warmup_steps}
         src = str(ensure_default_model(cache_root(cache_dir), log=log, **kw))
-    local = Path(src)
-    if (src.startswith((".", "/", "~")) or os.sep in src and not _looks_like_hub_id(src)) and not local.exists():
-        raise FileNotFoundError(f"model.path {src} does not exist")
+    check_local_path(src)
     if gguf_kwargs(src, gguf_file):
         src = str(gguf_to_dir(src, gguf_file, cache_dir=cache_dir, log=log))
     if merged_lora and lora.is_adapter_dir(src):
         src = str(lora_to_dir(src, cache_dir=cache_dir, log=log))
     return src
+
+
+def check_local_path(src: str) -> None:
+    """A model named by a local path (not "default", "package:NAME" or a hub id) must exist. Needs no model: the
+    trainer checks it before loading anything."""
+    if (src.startswith((".", "/", "~")) or os.sep in src and not _looks_like_hub_id(src)) and not Path(src).exists():
+        raise FileNotFoundError(f"model.path {src} does not exist")
 
 
 def load_tokenizer(src: str, *, gguf_file: str | None = None):

@@ -77,6 +77,8 @@ def save_checkpoint(
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in list_checkpoints(output)[:-keep_last]:
+        # the marker first: a kill (a second SIGTERM) during the removal leaves a directory nothing lists
+        (old / MARKER).unlink(missing_ok=True)
         shutil.rmtree(old, ignore_errors=True)
     return final
 

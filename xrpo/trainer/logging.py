@@ -413,13 +413,26 @@ class RunLogger:
             lines.append(f"  {row['problem'][:28]:<28} {row['reference'][:8]:>8}  {row['reward']:>6.2f}  {comp}")
         self._write("\n".join(lines))
 
-    def close(self, summary: dict) -> None:
+    def _close_records(self) -> None:
         for f in (self._metrics, self._evals, self._samples, self._rounds):
             f.close()
         if self._tb is not None:
             self._tb.close()
         if self._bar is not None:
             self._bar.close()
+
+    def close_segment(self, step: int) -> None:
+        """A run stopped (preempted) at ``step``, whose checkpoint is written: close the records and log what this
+        segment did (its figures are in the checkpoint's ``segments``; the resumed run's summary counts them)."""
+        self._close_records()
+        seg = self._current(step)
+        self.log(
+            f"segment {len(self._segments) + 1} of the run: steps {seg['start_step'] + 1}-{step} ({seg['steps']} "
+            f"steps, {seg['rollouts']:.0f} rollouts, {seg['tokens']:.0f} tokens) in {seg['wall_time_s']:.0f}s"
+        )
+
+    def close(self, summary: dict) -> None:
+        self._close_records()
         b, a = summary.get("pass@1_before"), summary.get("pass@1_after")
         self.log("")
         segs = summary.get("num_segments", 1)

@@ -13,7 +13,10 @@
                               budget with gradient accumulation, ppo_epochs x mini_batches optimizer steps
                 5. corpus     correct rollouts join the ICL corpus (Algorithm 1 line 15)
                 6. log / validate / checkpoint
-    end         final validation, summary.json
+    end         final validation, summary.json; or, after SIGTERM / SIGINT (xrpo.trainer.preempt), a checkpoint of the
+                step just done and `TrainingStopped`, whose message names ``xrpo train --resume DIR``
+
+One process writes a run directory at a time: it holds the directory's lock (xrpo.trainer.runlock) from setup to end.
 
 Steps 2 and 4 live in `xrpo.trainer.update`; docs/methods.md ("The policy update") explains why the old log-probs, the
 policy forward, the reference log-probs and s(y) are all taken under the training prompt at the sampling temperature
@@ -31,6 +34,7 @@ import json
 import random
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,6 +63,9 @@ from xrpo.trainer import checkpoint as ckpt
 from xrpo.trainer.config import TrainConfig, from_dict, to_dict
 from xrpo.trainer.logging import MechanismTotals, RunLogger
 from xrpo.trainer.memory import format_estimate
+from xrpo.trainer.preempt import StopSignals, TrainingStopped
+from xrpo.trainer.preflight import check_before_loading
+from xrpo.trainer.runlock import RunLock
 from xrpo.trainer.setup import (
     autocast_dtype,
     build_engine,
@@ -74,7 +81,7 @@ from xrpo.trainer.setup import (
 )
 from xrpo.trainer.update import NonFiniteLossError, Policy, UpdateBatch, old_logprobs, policy_update, sample_logprobs
 
-__all__ = ["NonFiniteLossError", "StepReport", "plan_config", "train"]
+__all__ = ["NonFiniteLossError", "StepReport", "TrainingStopped", "plan_config", "train"]
 
 
 @dataclass
@@ -110,25 +117,36 @@ def train(
     cfg: TrainConfig, *, resume: str | None = None, log=print, on_step: Callable[[StepReport], None] | None = None
 ) -> dict:
     """Run the configured training (or resume one) and return the summary (also in summary.json). ``on_step`` is
-    called after every step with a `StepReport` (for tests, custom logging or early stopping by raising)."""
+    called after every step with a `StepReport` (for tests, custom logging or early stopping by raising). After
+    SIGTERM / SIGINT it checkpoints the step under way once it ends and raises `TrainingStopped`."""
+    # what the run holds (its directory's lock, the signal handlers) is given back however it ends
+    with ExitStack() as held:
+        return _train(cfg, resume, log, on_step, held)
+
+
+def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) -> dict:
     # ================================================================ setup
     t_start = time.perf_counter()
     state: dict = {}
     ckpt_path = None
     if resume:
         ckpt_path = ckpt.find_resume_checkpoint(resume)
-        state = ckpt.load_state(ckpt_path)
         output = ckpt_path.parent.parent
+        lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))
+        state = ckpt.load_state(ckpt_path)
         saved = yaml.safe_load((output / "config.yaml").read_text())
         cfg = from_dict(saved)
+        check_before_loading(cfg)
         log(f"resuming {output} from {ckpt_path.name}")
     else:
         cfg.validate()
+        check_before_loading(cfg)  # every check that needs no model or data: a bad config fails in a second
         output = Path(cfg.output or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        lock = held.enter_context(RunLock(output, "xrpo train", log=log))  # a live run there: refused, untouched
         ckpt.refuse_existing_run(output)
-        output.mkdir(parents=True, exist_ok=True)
         cfg.output = str(output)
         (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    lock.claim()
     m, r, o = cfg.method, cfg.rollout, cfg.optim
     threads = cfg.threads or (1 if cfg.model.path == "default" else None)
     if threads:
@@ -258,6 +276,7 @@ def train(
     before = state.get("before", {})
 
     # ================================================================ training steps
+    stop = held.enter_context(StopSignals())  # SIGTERM / SIGINT from here on: this step ends, is checkpointed
     step = start_step
     totals = MechanismTotals(state.get("totals", {}))
     for step in range(start_step + 1, cfg.steps + 1):
@@ -316,6 +335,18 @@ def train(
             logger.log_eval(step, validate(step))
         if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
             save(step)
+        if stop.signum is not None and step < cfg.steps:
+            # -------- preempted (SIGTERM / SIGINT): this step is done; its checkpoint lets the next segment go on
+            if ckpt.list_checkpoints(output)[-1:] != [ckpt.checkpoint_dir(output, step)]:
+                save(step)
+            logger.close_segment(step)
+            raise TrainingStopped(
+                f"stopped by {stop.name} after step {step} of {cfg.steps}; checkpoint "
+                f"{ckpt.checkpoint_dir(output, step)}. Continue with: xrpo train --resume {output}",
+                signum=stop.signum,
+                step=step,
+                checkpoint=str(ckpt.checkpoint_dir(output, step)),
+            )
 
     # ================================================================ end
     model.eval()

