@@ -392,8 +392,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "reuse-at-any-temperature",
         "xrpo/trainer/loop.py",
-        ' and auto_reuse)) and r.temperature == 1.0',
-        ' and auto_reuse))',
+        " and auto_reuse)) and r.temperature == 1.0",
+        " and auto_reuse))",
         (f"{UPDATE}::test_sampling_temperature_is_used_for_old_logprobs_the_policy_forward_and_the_reference",),
         "the engine's temperature-1 log-probs reused as old log-probs at another temperature",
     ),
