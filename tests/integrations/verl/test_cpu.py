@@ -33,6 +33,12 @@ if os.environ.get("XRPO_VERL_CPU") == "1":
     out["verl_vllm"] = verl_vllm.vllm_version
     out["device"], out["backend"] = get_device_name(), get_nccl_backend()
     out["memory_reserved"] = get_torch_device().memory_reserved()
+    # verl's checkpoint loader restores the device RNG state it saved under "cpu" (a resume failed without it)
+    import torch
+    state = torch.get_rng_state()
+    torch.manual_seed(1)
+    get_torch_device().set_rng_state(state)
+    out["rng_restored"] = bool(torch.equal(torch.get_rng_state(), state))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PROBE_PORT"])
     engine_workers.initialize_global_process_group_ray(timeout_second=60)  # as verl's actor workers call it
     out["process_group"] = str(dist.get_backend())
@@ -60,6 +66,7 @@ def test_cpu_mode_switches_verl_to_cpu_only_when_asked():
         "device": "cpu",  # the registered platform, chosen by VERL_PLATFORM
         "backend": "gloo",
         "memory_reserved": 0,  # torch.cpu has no memory_reserved; the platform's device module answers
+        "rng_restored": True,
         "process_group": "cpu:gloo",  # not "cpu:gloo,cpu:gloo", which torch refuses
     }
     # without the switch nothing changes: no vllm distribution, pinned offload, verl's own backend string

@@ -170,6 +170,8 @@ def _cpu_device_module() -> types.ModuleType:
     module.reset_peak_memory_stats = lambda device=None: None
     module.empty_cache = lambda: None
     module.get_device_name = lambda device=None: "CPU"
+    # verl's checkpoint loader restores the "device" RNG state, saved under the device name "cpu": torch's own
+    module.get_rng_state, module.set_rng_state = torch.get_rng_state, torch.set_rng_state
     module.mem_get_info = _mem_get_info
     return module
 
