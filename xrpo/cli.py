@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -30,6 +31,12 @@ def _train(args) -> int:
 
 
 def _verl(args) -> int:
+    if args.cpu:
+        from xrpo.integrations.verl.cpu import cpu_environment, precheck_verl
+
+        precheck_verl()
+        # set before verl is imported: its plugin loads the CPU mode here and in every Ray worker (they inherit it)
+        os.environ.update(cpu_environment())
     # verl is an optional extra: imported only by this subcommand
     try:
         from xrpo.integrations.verl.main import check_config, load_config, run
@@ -38,8 +45,13 @@ def _verl(args) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    overrides = list(args.overrides)
+    if args.cpu:
+        from xrpo.integrations.verl.cpu import CPU_OVERRIDES
+
+        overrides = [*CPU_OVERRIDES, *overrides]
     try:
-        config = load_config(args.config, args.overrides)
+        config = load_config(args.config, overrides)
     except (HydraException, OmegaConfBaseException) as e:  # a bad override or config file: one clear line
         raise ValueError(str(e).splitlines()[0]) from None
     if args.check:
@@ -49,7 +61,18 @@ def _verl(args) -> int:
         print(OmegaConf.to_yaml({"algorithm": config.algorithm}), end="")
         print("xrpo verl: config OK")
         return 0
+    if not args.cpu:
+        run(config)
+        return 0
+    import time
+
+    from xrpo.integrations.verl.cpu import metrics_path, summary_line
+
+    out_dir = os.path.abspath(config.trainer.default_local_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_path(out_dir, time.strftime("%Y%m%d-%H%M%S")))
     run(config)
+    print(summary_line(out_dir))
     return 0
 
 
@@ -264,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     vr.add_argument("--config", help="verl YAML listing ppo_trainer and xrpo_base in its defaults (examples/verl/)")
     vr.add_argument("--check", action="store_true", help="compose and validate the config, print it, start nothing")
+    vr.add_argument(
+        "--cpu",
+        action="store_true",
+        help="CPU mode (verl 0.9.1 only): dry-run a recipe on a machine without GPUs, see docs/verl.md 'CPU mode'",
+    )
     vr.add_argument("overrides", nargs="*", metavar="key=value", help="hydra overrides, e.g. trainer.nnodes=2")
     vr.set_defaults(func=_verl)
 

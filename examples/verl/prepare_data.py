@@ -16,6 +16,7 @@ to each prompt's last user message (e.g. the answer format the verifier expects)
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 from dataclasses import replace
@@ -26,11 +27,12 @@ from xrpo.data import Problem, load_problems, make_default_task, save_problems_v
 BOXED = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
-def with_instruction(p: Problem, instruction: str) -> Problem:
+def with_instruction(p: Problem, instruction: str, template: str = "{prompt}") -> Problem:
+    if isinstance(p.prompt, str):
+        text = f"{p.prompt}\n{instruction}" if instruction else p.prompt
+        return replace(p, prompt=template.format(prompt=text))
     if not instruction:
         return p
-    if isinstance(p.prompt, str):
-        return replace(p, prompt=f"{p.prompt}\n{instruction}")
     msgs = [dict(m) for m in p.prompt]
     last = max(i for i, m in enumerate(msgs) if m["role"] == "user")
     msgs[last]["content"] = f"{msgs[last]['content']}\n{instruction}"
@@ -58,6 +60,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"appended to every prompt (default for files: {BOXED!r}; none for --task default)",
     )
+    ap.add_argument(
+        "--template",
+        default="{prompt}",
+        help="each prompt's text through this template, e.g. 'Q: {prompt}\\nA:' (what the built-in model was "
+        "warm-started on; \\n is a newline)",
+    )
+    ap.add_argument(
+        "--seed-corpus",
+        metavar="FILE",
+        help="also write the validation problems with their answers as an ICL seed corpus (algorithm.xrpo.corpus_init)",
+    )
     ap.add_argument("--out", required=True, help="output directory for train.parquet and val.parquet")
     args = ap.parse_args(argv)
 
@@ -72,12 +85,19 @@ def main(argv: list[str] | None = None) -> int:
         train = load_problems(args.train)
         val = load_problems(args.val)
         instruction = BOXED if args.instruction is None else args.instruction
-    train = [with_instruction(p, instruction) for p in sample(train, args.train_limit, args.seed)]
-    val = [with_instruction(p, instruction) for p in sample(val, args.val_limit, args.seed + 1)]
+    if "{prompt}" not in args.template:
+        ap.error("--template must contain {prompt}")
+    template = args.template.replace("\\n", "\n")
+    train = [with_instruction(p, instruction, template) for p in sample(train, args.train_limit, args.seed)]
+    val = [with_instruction(p, instruction, template) for p in sample(val, args.val_limit, args.seed + 1)]
     out = Path(args.out).expanduser()
     for name, probs in (("train", train), ("val", val)):
         path = save_problems_verl_parquet(probs, out / f"{name}.parquet")
         print(f"{path}: {len(probs)} problems")
+    if args.seed_corpus:
+        rows = [{"problem_id": p.id, "problem": p.text, "solution": str(p.answer)} for p in val]
+        Path(args.seed_corpus).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"{args.seed_corpus}: {len(rows)} seed solutions")
     return 0
 
 

@@ -30,6 +30,7 @@ from xrpo.integrations.verl.phases import (  # noqa: E402
     round_counts,
     round_gen_batch,
     rows_sampled_as_trained,
+    trained_rows,
 )
 
 
@@ -288,3 +289,22 @@ def test_icl_messages_fit_the_prompt_length(tiny_tokenizer):
     assert cut == 1 and n <= budget
     # no room for any example: no ICL prompt (the prompt stays zero-shot)
     assert icl_messages(raw, examples, tiny_tokenizer, 30) == (None, 0)
+
+
+def test_trained_rows_gives_each_rows_uid_advantage_and_old_loglik():
+    # 3 rows: two with responses (2 and 1 tokens, starting at different positions), one empty (padding)
+    mask = torch.tensor([[1, 1, 0], [0, 1, 0], [0, 0, 0]])
+    old = torch.tensor([[-1.0, -3.0, -9.0], [-9.0, -0.5, -9.0], [-9.0, -9.0, -9.0]])
+    adv = torch.tensor([0.75, -0.25, 0.0]).unsqueeze(-1) * mask  # an advantage broadcast over the response tokens
+    batch = DataProto.from_dict(
+        tensors={"response_mask": mask, "old_log_probs": old, "advantages": adv},
+        non_tensors={"uid": obj(["a", "a", "pad"]), SEEDED_KEY: np.array([False, True, False])},
+    )
+    got = trained_rows(batch)
+    assert got == {
+        "xrpo_uid": ["a", "a", "pad"],
+        "xrpo_advantage": [0.75, -0.25, 0.0],
+        # s(y) = mean of the masked old log-probs: (-1 - 3) / 2 = -2; -0.5 / 1; none for the empty row
+        "xrpo_loglik": [-2.0, -0.5, None],
+        SEEDED_KEY: [False, True, False],
+    }

@@ -77,9 +77,10 @@ class XRPOTaskRunner(_base_runner()):
         from verl.utils.config import omega_conf_to_dataclass
         from verl.utils.dataset.rl_dataset import collate_fn
 
+        import xrpo
         from xrpo.integrations.verl.trainer import RayXRPOTrainer
 
-        print(f"XRPOTaskRunner on {socket.gethostname()}, pid {os.getpid()}")
+        print(f"XRPOTaskRunner on {socket.gethostname()}, pid {os.getpid()}, xrpo from {Path(xrpo.__file__).parent}")
         OmegaConf.resolve(config)
         _, worker_group_cls = self.add_actor_rollout_worker(config)
         self.add_reward_model_resource_pool(config)

@@ -359,6 +359,33 @@ def mark_padding(reward_extra: dict, pad) -> dict:
     return out
 
 
+def trained_rows(batch) -> dict:
+    """What the actor update trained each row on, for a rollout dump: ``xrpo_uid`` (the group), ``xrpo_advantage``
+    (the row's advantage, broadcast over its response tokens; 0 for an empty row), ``xrpo_loglik`` (the row's
+    length-normalised log-likelihood under the old policy, s(y) of Eq. 4; None for an empty row) and
+    ``xrpo_seeded`` (an ICL-seeded rollout). With the rewards
+    (verl's ``score``) they are the estimator's whole input, so a dump can be checked against `xrpo.algo`."""
+    from xrpo.algo.advantages import length_normalized_loglik
+
+    mask = batch.batch["response_mask"].detach().cpu() != 0
+    valid = mask.any(dim=-1)
+    adv = batch.batch["advantages"].detach().cpu()
+    first = mask.float().argmax(dim=-1)  # the first response token (0 for an empty row, whose advantage is 0)
+    row_adv = adv.gather(1, first.unsqueeze(1)).squeeze(1) * valid
+    loglik = torch.zeros(len(valid), dtype=torch.float64)
+    if valid.any():
+        loglik[valid] = torch.as_tensor(
+            length_normalized_loglik(batch.batch["old_log_probs"].detach().cpu()[valid], mask[valid]),
+            dtype=torch.float64,
+        )
+    return {
+        "xrpo_uid": [str(u) for u in batch.non_tensor_batch["uid"]],
+        "xrpo_advantage": row_adv.tolist(),
+        "xrpo_loglik": [float(v) if ok else None for v, ok in zip(loglik.tolist(), valid.tolist(), strict=True)],
+        SEEDED_KEY: [bool(v) for v in batch.non_tensor_batch.get(SEEDED_KEY, np.zeros(len(valid), dtype=bool))],
+    }
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # xrpo's bookkeeping
 # ---------------------------------------------------------------------------------------------------------------

@@ -21,9 +21,11 @@ real error.
 
 from __future__ import annotations
 
-from xrpo.integrations.verl import advantage, agent_loop
+from xrpo.integrations.verl import advantage, agent_loop, cpu
 
 advantage.register()
+if cpu.is_active():  # ``xrpo verl --cpu`` set XRPO_VERL_CPU=1 for the driver and its Ray workers; never on GPUs
+    cpu.activate()
 
 # agent_loop's @register("xrpo_icl") ran when it was imported
 __all__ = ["advantage", "agent_loop"]

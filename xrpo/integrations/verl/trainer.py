@@ -53,6 +53,7 @@ from xrpo.integrations.verl.phases import (
     round_counts,
     round_gen_batch,
     rows_sampled_as_trained,
+    trained_rows,
 )
 from xrpo.rollout.corpus import update_corpus
 from xrpo.rollout.planner import _is_nonuniform, rollout_metrics
@@ -413,9 +414,8 @@ class RayXRPOTrainer(RayPPOTrainer):
                         metrics["icl/corpus_solutions"] = float(self.corpus.num_solutions)
                     rollout_dir = self.config.trainer.get("rollout_data_dir", None)
                     if rollout_dir:
-                        self._log_rollout_data(
-                            batch, mark_padding(reward_extra, batch.non_tensor_batch[PAD_KEY]), timing_raw, rollout_dir
-                        )
+                        dump = mark_padding(reward_extra, batch.non_tensor_batch[PAD_KEY])
+                        self._log_rollout_data(batch, {**dump, **trained_rows(batch)}, timing_raw, rollout_dir)
 
                 if self.config.trainer.test_freq > 0 and (
                     is_last_step or self.global_steps % self.config.trainer.test_freq == 0
