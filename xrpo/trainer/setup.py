@@ -60,24 +60,22 @@ def load_model(cfg: TrainConfig, *, path: str | None = None, log=print):
     return loading.load_model(path or cfg.model.path, dtype=param_dtype(cfg), log=log, **_model_source(cfg))
 
 
+def _trained_dtype(cfg: TrainConfig) -> str:
+    """The dtype of the parameters the optimiser updates: model.master_dtype (None: float32); peft keeps LoRA's
+    adapters in float32."""
+    return "float32" if cfg.model.lora_rank > 0 else (cfg.model.master_dtype or "float32")
+
+
 def param_dtype(cfg: TrainConfig) -> str:
-    """The dtype the trained parameters are kept in: model.master_dtype (None: float32) for full fine-tuning; with
-    LoRA the frozen base weights are held in model.dtype (no master copy is needed for weights that never update;
-    peft keeps the adapters in float32)."""
-    m = cfg.model
-    if m.lora_rank > 0:
-        return m.dtype
-    return m.master_dtype or "float32"
+    """The dtype the model is loaded in: the trained parameters' (`_trained_dtype`) for full fine-tuning; with LoRA
+    the frozen base weights are held in model.dtype (no master copy is needed for weights that never update)."""
+    return cfg.model.dtype if cfg.model.lora_rank > 0 else _trained_dtype(cfg)
 
 
 def autocast_dtype(cfg: TrainConfig) -> str | None:
-    """The dtype forward passes run in under `torch.autocast`, or None when the parameters already are in the
-    compute dtype: bfloat16 compute over float32 master weights (or float32 adapters) is mixed precision."""
-    m = cfg.model
-    if m.dtype == "float32":
-        return None
-    trained = "float32" if m.lora_rank > 0 else (m.master_dtype or "float32")
-    return m.dtype if trained != m.dtype else None
+    """The dtype forward passes run in under `torch.autocast`, or None when the trained parameters already are in
+    the compute dtype: bfloat16 compute over float32 master weights (or float32 adapters) is mixed precision."""
+    return cfg.model.dtype if _trained_dtype(cfg) != cfg.model.dtype else None
 
 
 def load_policy(cfg: TrainConfig, *, checkpoint_model: str | None = None, log=print):
@@ -85,28 +83,26 @@ def load_policy(cfg: TrainConfig, *, checkpoint_model: str | None = None, log=pr
     features of the config applied (LoRA adapters, gradient checkpointing). ``checkpoint_model``: a checkpoint's
     model directory to resume from (full weights, or with LoRA the adapter saved there on top of the base model)."""
     m = cfg.model
-    dtype = param_dtype(cfg)
-    if m.lora_rank > 0:
+    lora_on = m.lora_rank > 0
+    # full weights resume from the checkpoint; LoRA starts from the base model and puts the saved adapter on it
+    src = checkpoint_model if checkpoint_model is not None and not lora_on else m.path
+    model, tokenizer, init_path = loading.load_model(src, dtype=param_dtype(cfg), log=log, **_model_source(cfg))
+    if src != m.path:  # the reference and vLLM start from the initial model, also on resume
+        init_path = loading.resolve_model_dir(m.path, log=log, **_model_source(cfg))
+    if lora_on:
         from xrpo.models import lora
 
-        base, tokenizer, init_path = loading.load_model(m.path, dtype=dtype, log=log, **_model_source(cfg))
         if checkpoint_model is not None:
-            model = lora.load_adapter(base, checkpoint_model, trainable=True)
+            model = lora.load_adapter(model, checkpoint_model, trainable=True)
         else:
             model = lora.apply_lora(
-                base,
+                model,
                 rank=m.lora_rank,
                 alpha=m.lora_alpha,
                 dropout=m.lora_dropout,
                 target_modules=m.lora_target_modules,
                 base_path=init_path,
             )
-    else:
-        model, tokenizer, init_path = loading.load_model(
-            checkpoint_model or m.path, dtype=dtype, log=log, **_model_source(cfg)
-        )
-        if checkpoint_model is not None:  # the reference and vLLM start from the initial model, also on resume
-            init_path = loading.resolve_model_dir(m.path, log=log, **_model_source(cfg))
     if m.gradient_checkpointing:
         from xrpo.trainer.logprobs import unwrap_causal_lm
 
