@@ -21,13 +21,23 @@ def _train(args) -> int:
                     "xrpo train: --resume continues a run with its saved config.yaml; "
                     "--config and key=value overrides are not allowed with it"
                 )
-            train(None, resume=args.resume)  # type: ignore[arg-type]
+            train(None, resume=args.resume, plots=_report_plots)  # type: ignore[arg-type]
             return 0
-        train(build_config(args.config, args.overrides))
+        train(build_config(args.config, args.overrides), plots=_report_plots)
     except TrainingStopped as e:  # SIGTERM / SIGINT: the step under way was finished and checkpointed
         print(f"xrpo train: {e}", file=sys.stderr)
         return e.exit_code
     return 0
+
+
+def _report_plots(run_dir):
+    """`xrpo report`'s PNGs of a finished run (in RUN_DIR/report), by name: what the trackers get at the end."""
+    from pathlib import Path
+
+    from xrpo.eval.report import make_report
+
+    page = Path(make_report(run_dir, html_page=False, log=lambda *_: None))
+    return {p.stem: p for p in sorted(page.parent.glob("*.png"))}
 
 
 def _verl(args) -> int:

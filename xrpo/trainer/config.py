@@ -251,6 +251,18 @@ class TrainConfig:
     resumed run uses the same count: bit-exact resume needs it, since float sums depend on the thread split."""
     tensorboard: bool = True
     """Write TensorBoard logs when tensorboard is installed."""
+    report_to: list[str] = field(default_factory=list)
+    """Experiment trackers to log to, besides metrics.jsonl: any of tensorboard, wandb, mlflow (``[wandb,mlflow]``).
+    Each gets every metric, the config, the sample tables and, at the end, the report's plots; a resumed run continues
+    the same tracked run. A tracker named here must be installed (``pip install 'xrpo[trackers]'``) and must start,
+    or the run fails before loading anything. TensorBoard is also used without being named while ``tensorboard`` is
+    true and it is installed. README "Experiment trackers"."""
+    tracker_project: str = "xrpo"
+    """The W&B project and the MLflow experiment of the run."""
+    tracker_run_name: str | None = None
+    """The run's name in W&B and MLflow (None: the output directory's name)."""
+    mlflow_tracking_uri: str | None = None
+    """MLflow's tracking URI (None: MLFLOW_TRACKING_URI, else a file store in OUTPUT/mlruns)."""
     progress: bool = True
     """Show a live progress bar."""
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -114,17 +114,24 @@ def plan_config(cfg: TrainConfig) -> PlanConfig:
 
 
 def train(
-    cfg: TrainConfig, *, resume: str | None = None, log=print, on_step: Callable[[StepReport], None] | None = None
+    cfg: TrainConfig,
+    *,
+    resume: str | None = None,
+    log=print,
+    on_step: Callable[[StepReport], None] | None = None,
+    plots: Callable[[Path], dict[str, Path]] | None = None,
 ) -> dict:
     """Run the configured training (or resume one) and return the summary (also in summary.json). ``on_step`` is
-    called after every step with a `StepReport` (for tests, custom logging or early stopping by raising). After
-    SIGTERM / SIGINT it checkpoints the step under way once it ends and raises `TrainingStopped`."""
-    # what the run holds (its directory's lock, the signal handlers) is given back however it ends
+    called after every step with a `StepReport` (for tests, custom logging or early stopping by raising). ``plots``
+    makes the report's PNGs from the run directory at the end, for the trackers of ``report_to`` (`xrpo train`
+    passes `xrpo report`'s). After SIGTERM / SIGINT it checkpoints the step under way once it ends and raises
+    `TrainingStopped`."""
+    # what the run holds (its directory's lock, the signal handlers, the trackers' runs) is given back however it ends
     with ExitStack() as held:
-        return _train(cfg, resume, log, on_step, held)
+        return _train(cfg, resume, log, on_step, plots, held)
 
 
-def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) -> dict:
+def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: ExitStack) -> dict:
     # ================================================================ setup
     t_start = time.perf_counter()
     state: dict = {}
@@ -147,6 +154,13 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) 
         cfg.output = str(output)
         (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     lock.claim()
+    # on resume the records are first brought back to the checkpoint's step (the killed run may have logged later
+    # ones); the trackers' runs start (or continue) here, before anything is loaded: one that cannot start fails now
+    logger = held.enter_context(
+        RunLogger(
+            output, cfg, resume_state=state if ckpt_path is not None else None, t_start=t_start, log=log, plots=plots
+        )
+    )
     m, r, o = cfg.method, cfg.rollout, cfg.optim
     threads = cfg.threads or (1 if cfg.model.path == "default" else None)
     if threads:
@@ -229,8 +243,6 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) 
         start_step = state["step"]
         history = state.get("eval_history", [])
 
-    # on resume the records are first brought back to the checkpoint's step (the killed run may have logged later ones)
-    logger = RunLogger(output, cfg, resume_state=state if ckpt_path is not None else None, t_start=t_start, log=log)
     eval_sampling = SamplingParams(
         temperature=cfg.eval_temperature,
         top_p=1.0,

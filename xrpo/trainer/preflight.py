@@ -35,6 +35,32 @@ def check_before_loading(cfg: TrainConfig) -> None:
     if cfg.method.icl and (r.embedder == "minilm" or r.embedder not in _registered_embedders()):
         # minilm and any sentence-transformers model name
         _need("sentence_transformers", f"rollout.embedder={r.embedder}", "pip install 'xrpo[minilm]'")
+    check_trackers(cfg)
+
+
+def check_trackers(cfg: TrainConfig) -> None:
+    """report_to: known tracker names, each one's package installed, and matplotlib for the report's plots they get at
+    the end; not TensorBoard with ``tensorboard: false``. (Whether a tracker can start its run, e.g. log in, is
+    known only by starting it: the loop does that before loading, xrpo.trainer.trackers.)"""
+    from xrpo.trainer.trackers import get_tracker
+
+    names = cfg.report_to
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"report_to must be a list of tracker names, e.g. [wandb,mlflow]; got {names!r}")
+    for name in names:
+        try:
+            tracker = get_tracker(name)
+        except ValueError as e:
+            raise ValueError(f"report_to: {e}") from None
+        _need(tracker.module, f"report_to={name}", tracker.install)
+    if "tensorboard" in names and not cfg.tensorboard:
+        raise ValueError("report_to names tensorboard while tensorboard is false: drop one of them")
+    if names:
+        _need(
+            "matplotlib",
+            f"report_to={','.join(names)} (the report's plots, logged at the end)",
+            "pip install 'xrpo[trackers]'",
+        )
 
 
 def _registered_embedders() -> set[str]:

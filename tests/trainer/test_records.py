@@ -1,4 +1,5 @@
-"""rewind_records on hand-written records: what a resume from checkpoint step k keeps, sets aside, and refuses."""
+"""xrpo.trainer.records on hand-written records: what a resume from checkpoint step k keeps, sets aside, and refuses
+(rewind_records), and the segments it counts (Segments)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xrpo.trainer.logging import discarded_path, rewind_records
+from xrpo.trainer.records import Segments, discarded_path, rewind_records
 
 
 def quiet(*_):
@@ -169,49 +170,11 @@ def test_tensorboard_events_after_the_checkpoint_are_set_aside(run):
     ]  # rewritten in place, no stray file
 
 
-def test_a_resumed_logger_writes_after_the_old_event_files_and_marks_the_restart(run):
-    """TensorBoard reads a run's event files in name order (a name starts with its writer's start second) and, at a
-    restart marker (SessionLog START, SummaryWriter's purge_step), hides what it read of later steps."""
-    pytest.importorskip("tensorboard")
-    import socket
-    import time
-
-    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-
-    from xrpo.trainer.config import TrainConfig
-    from xrpo.trainer.logging import RunLogger
-
-    tb = run / "tensorboard"
-    tb.mkdir()
-    # the killed segment's file, started this very second by a process whose pid sorts last
-    old = tb / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.99999999.0"
-    old.write_bytes(b"")
-    cfg = TrainConfig(tensorboard=True, progress=False)
-    logger = RunLogger(run, cfg, resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}]}, log=quiet)
-    logger.log_step(4, {"rollout/count": 16.0})
-    logger.close({"method": "x", "steps": 4, "wall_time_s": 1.0, "output": str(run)})
-    files = sorted(p for p in tb.iterdir() if "tfevents" in p.name)
-    assert files[0] == old and len(files) == 2
-    events = [Event.FromString(r) for r in RawEventFileLoader(str(files[1])).Load()]
-    starts = [e.step for e in events if e.HasField("session_log") and e.session_log.status == SessionLog.START]
-    assert starts == [4]
-
-
 def test_segments_of_a_checkpoint_without_them_come_from_the_logs(run):
     """A checkpoint of an xrpo that did not record segments: the kept rows give one estimated segment; the rows set
     aside give what the new segment discarded."""
-    from xrpo.trainer.config import TrainConfig
-    from xrpo.trainer.logging import RunLogger
-
-    logger = RunLogger(
-        run,
-        TrainConfig(tensorboard=False, progress=False),
-        resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}]},
-        log=quiet,
-    )
-    segs = logger.run_totals(3)["segments"]
-    logger.close({"method": "x", "steps": 3, "wall_time_s": 0.0, "output": str(run)})
+    segments = Segments(run, resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}]}, log=quiet)
+    segs = segments.run_totals(3)["segments"]
     # kept steps 1-3: time 3 x 0.5, rollouts 3 x 16, tokens 41 + 42 + 43
     assert segs[0] == {
         "start_step": 0,
@@ -235,19 +198,12 @@ def test_segments_of_a_checkpoint_without_them_come_from_the_logs(run):
 def test_summary_totals_count_work_set_aside_by_every_resume(run):
     """Killed at step 5 after checkpoint 3, resumed, killed again at 5 before checkpoint 6, resumed again: no
     checkpoint records the second process, but its rows and the first process's are both set aside and counted."""
-    from xrpo.trainer.config import TrainConfig
-    from xrpo.trainer.logging import RunLogger
-
     write(run / "metrics.discarded.jsonl", [metrics_row(4), metrics_row(5)])  # the first resume's
     seg1 = {"start_step": 0, "end_step": 3, "wall_time_s": 9.0, "steps": 3, "rollouts": 48.0, "tokens": 126.0}
-    logger = RunLogger(
-        run,
-        TrainConfig(tensorboard=False, progress=False),
-        resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}], "segments": [seg1]},
-        log=quiet,
+    segments = Segments(
+        run, resume_state={"step": 3, "eval_history": [{"step": 0}, {"step": 2}], "segments": [seg1]}, log=quiet
     )
-    totals = logger.run_totals(3)
-    logger.close({"method": "x", "steps": 3, "wall_time_s": 0.0, "output": str(run)})
+    totals = segments.run_totals(3)
     assert totals["num_segments"] == 2 and totals["segments"][0] == seg1
     assert totals["segments"][1]["discarded_steps"] == 2  # what this resume set aside
     # all set-aside rows: steps 4, 5 twice (4 x 0.5 s, 4 x 16 rollouts, 2 x (44 + 45) tokens) + the validation at 3
