@@ -31,6 +31,8 @@ BAD = [
     ("data.train={tmp}/missing.jsonl", FileNotFoundError, r"data.train .*/missing.jsonl does not exist"),
     ("data.heldout={tmp}/missing.jsonl", FileNotFoundError, r"data.heldout .*/missing.jsonl does not exist"),
     ("rollout.icl_corpus={tmp}/corpus.jsonl", FileNotFoundError, r"rollout.icl_corpus .*/corpus.jsonl does not"),
+    ("report_to=[wandb,nope]", ValueError, r"report_to: unknown tracker 'nope'; valid: mlflow, tensorboard, wandb"),
+    ("report_to=[tensorboard]", ValueError, r"report_to names tensorboard while tensorboard is false"),
 ]
 
 
@@ -55,3 +57,26 @@ def test_the_cli_prints_one_line(trainer_env, tmp_path, no_loading, capsys):
     assert main(["train", *ov]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("xrpo train: error: data.verifier='nope': unknown verifier")
+
+
+def test_a_tracker_whose_package_is_missing_names_its_install_command(trainer_env, tmp_path, no_loading):
+    """A tracker registered through the public registry whose package is not installed (none is: the name is made
+    up), as wandb or mlflow would be on a machine without the trackers extra."""
+    from xrpo.trainer.trackers import TRACKERS, Tracker, register_tracker
+
+    @register_tracker("test-missing-package")
+    class Missing(Tracker):
+        module = "xrpo_no_such_tracker_package"
+        install = "pip install 'xrpo[trackers]'"
+
+    try:
+        ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1) + ["report_to=[test-missing-package]"]
+        with pytest.raises(
+            ImportError,
+            match=r"report_to=test-missing-package needs xrpo_no_such_tracker_package, which is not installed: "
+            r"pip install 'xrpo\[trackers\]'",
+        ):
+            train(build_config(None, ov), log=lambda *_: None)
+        assert not (tmp_path / "run").exists()
+    finally:
+        del TRACKERS["test-missing-package"]

@@ -52,7 +52,8 @@ def check_trackers(cfg: TrainConfig) -> None:
             tracker = get_tracker(name)
         except ValueError as e:
             raise ValueError(f"report_to: {e}") from None
-        _need(tracker.module, f"report_to={name}", tracker.install)
+        if tracker.module:
+            _need(tracker.module, f"report_to={name}", tracker.install)
     if "tensorboard" in names and not cfg.tensorboard:
         raise ValueError("report_to names tensorboard while tensorboard is false: drop one of them")
     if names:

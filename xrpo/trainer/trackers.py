@@ -44,7 +44,8 @@ class Tracker:
     """One experiment tracker's run. The constructor starts the run (or continues the one ``saved`` describes, the
     dict its ``state()`` returned in an earlier segment) and raises on failure; the other methods log.
 
-    ``module`` is the package it imports (checked before loading), ``install`` the pip command that installs it."""
+    ``module`` is the package it imports (checked before loading; "" for none), ``install`` the pip command that
+    installs it."""
 
     name = ""
     module = ""

@@ -1,0 +1,96 @@
+"""RunLogger with trackers from the public registry: what each is sent, a tracker that fails mid-run dropped while
+the run goes on, and the trackers' runs closed however the run ends."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xrpo.trainer.config import build_config
+from xrpo.trainer.loop import train
+from xrpo.trainer.trackers import TRACKERS, Tracker, register_tracker
+
+CALLS: dict[str, list] = {}
+
+
+class Recording(Tracker):
+    """Keeps every call in CALLS[name]; fails where told to (``fail_at``: (method, step))."""
+
+    fail_at: tuple[str, int] | None = None
+
+    def __init__(self, output, cfg, config, saved, *, resume_step, log=print):
+        CALLS[self.name] = [("start", resume_step, config["steps"])]
+
+    def log_metrics(self, step, metrics):
+        self._call("log_metrics", step, dict(metrics))
+
+    def log_histogram(self, step, tag, values):
+        self._call("log_histogram", step, tag)
+
+    def log_table(self, step, name, columns, rows):
+        self._call("log_table", step, name, len(rows))
+
+    def log_images(self, step, images):
+        self._call("log_images", step, sorted(images))
+
+    def close(self, status):
+        CALLS[self.name].append(("close", status))
+
+    def _call(self, what, step, *args):
+        CALLS[self.name].append((what, step, *args))
+        if self.fail_at == (what, step):
+            raise OSError("disk full")
+
+
+@pytest.fixture
+def trackers():
+    ok = register_tracker("test-ok")(type("Ok", (Recording,), {}))
+    bad = register_tracker("test-failing")(type("Failing", (Recording,), {"fail_at": ("log_metrics", 2)}))
+    CALLS.clear()
+    yield ok, bad
+    del TRACKERS["test-ok"], TRACKERS["test-failing"]
+
+
+def rows(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_a_tracker_failing_mid_run_is_dropped_and_the_run_goes_on(trainer_env, tmp_path, trackers):
+    out = tmp_path / "run"
+    ov = trainer_env["overrides"](out, "xrpo", steps=3) + ["report_to=[test-ok,test-failing]", "log_samples_every=1"]
+    logs: list[str] = []
+    summary = train(build_config(None, ov), log=logs.append, plots=lambda run: {"reward": run / "reward.png"})
+    assert summary["steps"] == 3
+    warned = [line for line in logs if line.startswith("warning: tracker test-failing failed")]
+    assert warned == [
+        "warning: tracker test-failing failed (log_metrics, step 2): OSError: disk full; nothing more goes to it in "
+        "this run (metrics.jsonl has every row)"
+    ]
+    metrics = rows(out / "metrics.jsonl")
+    assert [r["step"] for r in metrics] == [1, 2, 3]
+    ok = CALLS["test-ok"]
+    assert ok[0] == ("start", None, 3) and ok[-1] == ("close", "finished")
+    # every metrics row, as logged (without its step), and the validations before and after
+    sent = [(c[1], c[2]) for c in ok if c[0] == "log_metrics"]
+    evals = rows(out / "eval.jsonl")
+    assert [s for s, _ in sent] == [0, 1, 2, 3, 3]
+    assert [m for s, m in sent if s > 0][:3] == [{k: v for k, v in r.items() if k != "step"} for r in metrics]
+    assert [sent[0][1], sent[-1][1]] == [{k: v for k, v in r.items() if k != "step"} for r in evals]
+    assert [c for c in ok if c[0] == "log_table"] == [("log_table", s, "samples", 4) for s in (1, 2, 3)]
+    assert ("log_images", 3, ["reward"]) in ok
+    # the failing one got steps 0-2, then its run was closed as failed and it was sent nothing more
+    bad = CALLS["test-failing"]
+    assert [c[:2] for c in bad if c[0] == "log_metrics"] == [("log_metrics", 0), ("log_metrics", 1), ("log_metrics", 2)]
+    assert bad[-1] == ("close", "failed") and sum(c[0] == "close" for c in bad) == 1
+
+
+def test_a_run_ending_in_an_error_closes_the_trackers_runs_as_failed(trainer_env, tmp_path, trackers):
+    ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=3) + ["report_to=[test-ok]"]
+
+    def boom(report):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        train(build_config(None, ov), log=lambda *_: None, on_step=boom)
+    assert CALLS["test-ok"][-1] == ("close", "failed")
