@@ -46,7 +46,9 @@ HOOKS = textwrap.dedent("""
         if key not in PAUSES:
             return
         PAUSES.remove(key)
-        MARK.write_text(":".join(key))
+        tmp = MARK.with_name(MARK.name + ".tmp")  # renamed into place: the test never reads a half-written mark
+        tmp.write_text(":".join(key))
+        os.replace(tmp, MARK)
         go = MARK.with_name(MARK.name + ".go")
         deadline = time.time() + 60
         while not go.exists() and time.time() < deadline:
