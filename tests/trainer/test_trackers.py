@@ -267,6 +267,20 @@ def test_a_tracker_that_cannot_start_fails_the_run_before_loading(trainer_env, t
     assert exits == [1]
 
 
+def test_the_cli_prints_a_tracker_that_cannot_start_as_one_line(trainer_env, tmp_path, offline, capsys):
+    pytest.importorskip("mlflow")
+    pytest.importorskip("matplotlib")
+    from xrpo.cli import main
+
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("")
+    ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1)
+    assert main(["train", *ov, "report_to=[mlflow]", f"mlflow_tracking_uri=file:{not_a_dir}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("xrpo train: error: report_to mlflow: the tracker could not start its run: NotADirectory")
+
+
 # ================================================================================================ registry
 def test_an_unknown_tracker_lists_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown tracker 'nope'; valid: mlflow, tensorboard, wandb"):

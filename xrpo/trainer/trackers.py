@@ -36,8 +36,9 @@ STATE_FILE = "trackers.json"
 STATUSES = ("finished", "stopped", "failed")
 
 
-class TrackerError(RuntimeError):
-    """A tracker that could not start (or continue) its run; the message names the tracker."""
+class TrackerError(ValueError):
+    """A tracker that could not start (or continue) its run; the message names the tracker. A ValueError, as the
+    other errors of a run's setup (`xrpo train` prints it as one line)."""
 
 
 class Tracker:
