@@ -10,7 +10,7 @@ A checkpoint directory ``checkpoints/step-00000050/`` holds:
     COMPLETE          written last; a directory without it is not a checkpoint
 
 state.json's ``segments`` lists the run's segments (one per `xrpo train` process) up to this checkpoint, so that a
-resumed run's summary counts the time, rollouts and tokens of every segment (``xrpo.trainer.logging``).
+resumed run's summary counts the time, rollouts and tokens of every segment (``xrpo.trainer.records``).
 """
 
 from __future__ import annotations
