@@ -44,20 +44,19 @@ from xrpo.algo.simulate import (
     fixed_outcome,
     icl_success_prob,
     latency_ratio,
-    mean_ci,
     mixture_zero_variance_share,
     nonzero_variance_prob,
     oracle_allocation,
     outcome_from_phased,
     phase_latency,
     phased_step,
-    ratio_ci,
     round_latency,
     sample_mixture,
     step_metrics,
     stream_latency,
     uniform_counts,
 )
+from xrpo.algo.stats import mean_ci, ratio_ci
 
 __all__ = [
     "DEFAULT_DIST",
