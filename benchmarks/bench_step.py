@@ -28,7 +28,7 @@ import numpy as np
 
 import xrpo.trainer.loop as loop
 from xrpo.algo.simulate import step_latency
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 
 PARTS = ["time/generate", "time/plan", "time/retrieve", "time/verify", "time/old_logprobs", "time/update"]
 ARMS = {

@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
 
     cfg = build_config(args.config, args.overrides)
     torch.set_num_threads(cfg.threads or 1)

@@ -19,6 +19,14 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/trainer/test_train.py", "tests/trainer/test_config.py"),
         "maps a TrainConfig onto the builders of xrpo.models.loading and xrpo.rollout.build, tested through train()",
     ),
+    "xrpo/trainer/config_loader.py": (
+        ("tests/trainer/test_config.py",),
+        "building a TrainConfig (presets, YAML, overrides, to/from dict) is tested beside the schema it fills",
+    ),
+    "xrpo/trainer/fields.py": (
+        ("tests/trainer/test_config.py", "tests/test_cli_simulate.py", "tests/test_cli_eval.py"),
+        "field docstrings and type conversion, tested through the configs and command lines that use them",
+    ),
     "xrpo/eval/build.py": (
         ("tests/eval/test_evaluate.py",),
         "what evaluate() samples with, tested through evaluate()",

@@ -11,7 +11,7 @@ from xrpo import __version__
 
 
 def _train(args) -> int:
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.loop import TrainingStopped, train
 
     try:
@@ -150,7 +150,7 @@ def _str_list(text: str) -> list[str]:
 def _add_simulate_parser(sub) -> None:
     """`xrpo simulate` options come from SimConfig's fields and their docstrings."""
     from xrpo.sim.runner import SWEEPABLE, SimConfig
-    from xrpo.trainer.config import field_docs
+    from xrpo.trainer.fields import field_docs
 
     docs = field_docs(SimConfig)
     sp = sub.add_parser(
@@ -212,7 +212,7 @@ def _int_list(text: str) -> list[int]:
 def _add_eval_parser(sub) -> None:
     """`xrpo eval` options come from EvalConfig's fields and their docstrings (one source for --help and docs)."""
     from xrpo.eval.config import EvalConfig
-    from xrpo.trainer.config import field_docs
+    from xrpo.trainer.fields import field_docs
 
     docs = field_docs(EvalConfig)
     ev = sub.add_parser(
@@ -263,7 +263,7 @@ def _add_eval_parser(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from xrpo.trainer.config import help_text
+    from xrpo.trainer.config_loader import help_text
 
     parser = argparse.ArgumentParser(
         prog="xrpo",

@@ -14,7 +14,7 @@ from xrpo.algo.presets import list_presets
 from xrpo.cli import main
 from xrpo.sim.runner import read_rounds_rates
 from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import NonFiniteLossError, train
 
 

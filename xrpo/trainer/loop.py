@@ -60,7 +60,8 @@ from xrpo.rollout.planner import PlanConfig, PlanResult
 from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
-from xrpo.trainer.config import TrainConfig, from_dict, to_dict
+from xrpo.trainer.config import TrainConfig
+from xrpo.trainer.config_loader import from_dict, to_dict
 from xrpo.trainer.logging import MechanismTotals, RunLogger
 from xrpo.trainer.memory import format_estimate
 from xrpo.trainer.preempt import StopSignals, TrainingStopped
