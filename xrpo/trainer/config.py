@@ -30,6 +30,7 @@ from xrpo.algo.config import (
     check_knobs,
 )
 from xrpo.rollout.prompts import FEWSHOT_POSITIONS
+from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
 
 
 @dataclass
@@ -387,24 +388,10 @@ class TrainConfig:
             "must be auto, float32, bfloat16 or float16",
             r.vllm_dtype,
         )
-        _check(r.vllm_kv_cache_gib > 0, "rollout.vllm_kv_cache_gib", "must be > 0", r.vllm_kv_cache_gib)
-        _check(
-            0 < r.vllm_gpu_memory_utilization <= 1,
-            "rollout.vllm_gpu_memory_utilization",
-            "must be in (0, 1]",
-            r.vllm_gpu_memory_utilization,
-        )
-        _check(
-            r.vllm_max_model_len is None
-            or (
-                isinstance(r.vllm_max_model_len, int)
-                and not isinstance(r.vllm_max_model_len, bool)
-                and r.vllm_max_model_len >= 1
-            ),
-            "rollout.vllm_max_model_len",
-            "must be null or an int >= 1",
-            r.vllm_max_model_len,
-        )
+        # the ranges of vLLM's options: one checker each, shared with xrpo eval and VLLMEngine
+        check_kv_cache_gib(r.vllm_kv_cache_gib, "config field rollout.vllm_kv_cache_gib")
+        check_gpu_memory_utilization(r.vllm_gpu_memory_utilization, "config field rollout.vllm_gpu_memory_utilization")
+        check_max_model_len(r.vllm_max_model_len, "config field rollout.vllm_max_model_len")
         _check(
             r.vllm_enforce_eager is None or isinstance(r.vllm_enforce_eager, bool),
             "rollout.vllm_enforce_eager",
