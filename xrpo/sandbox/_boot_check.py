@@ -18,8 +18,9 @@ import sys
 # through which "pass" goes to the harness.
 
 _MAX_DEPTH = 200
-# The boot's namespace (every part's, in the sandbox): frames running in it are the harness's, not the program's.
-_BOOT_GLOBALS = globals()
+# The boot's namespace (every part's, in the sandbox), by identity (a reference would make the namespace hold itself):
+# frames running in it are the harness's, not the program's.
+_BOOT_NAMESPACE = id(globals())
 
 
 def _enc(x, depth=0):
@@ -129,7 +130,7 @@ def print_exception() -> None:
     test), without the harness's frames."""
     try:
         etype, value, tb = sys.exc_info()
-        while tb is not None and tb.tb_next is not None and tb.tb_frame.f_globals is _BOOT_GLOBALS:
+        while tb is not None and tb.tb_next is not None and id(tb.tb_frame.f_globals) == _BOOT_NAMESPACE:
             tb = tb.tb_next
         sys.__excepthook__(etype, value.with_traceback(tb), tb)
     except BaseException:  # noqa: BLE001
