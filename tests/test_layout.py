@@ -63,6 +63,23 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ),
         "runs inside the sandboxed child; tested through run_program and attack programs",
     ),
+    "xrpo/sandbox/stream.py": (
+        ("tests/sandbox/test_programs_protocol.py", "tests/sandbox/test_programs.py"),
+        "the caller's reader of the boot's stream: malformed streams directly, the rest through run_program",
+    ),
+    "xrpo/sandbox/_boot_isolation.py": (
+        ("tests/sandbox/test_programs.py", "tests/sandbox/test_programs_kernel_memory.py"),
+        "the boot's isolation layers, run inside the sandboxed child; tested through run_program's reported layers "
+        "and attack programs",
+    ),
+    "xrpo/sandbox/_boot_harness.py": (
+        ("tests/sandbox/test_programs.py", "tests/rewards/test_code_adversarial.py"),
+        "the boot's test harness, run inside the sandboxed child; tested through run_program",
+    ),
+    "xrpo/sandbox/_boot_check.py": (
+        ("tests/sandbox/test_programs_protocol.py", "tests/sandbox/test_programs.py"),
+        "check mode inside the sandboxed child: its message framing directly, the rest through run_program",
+    ),
     "xrpo/sandbox/_pool_worker.py": (
         ("tests/sandbox/test_pool.py",),
         "the worker pool's child process, tested through the pool",

@@ -1,5 +1,5 @@
 """The length headers of the sandbox's two streams are validated where they are read (issue 32): the harness's
-frames in the caller (`xrpo.sandbox.programs._Frames`), and the check protocol between the checker and the
+frames in the caller (`xrpo.sandbox.stream.Frames`), and the check protocol between the checker and the
 program's process, both ways (`xrpo.sandbox._boot_check.recv`). int() alone took ``-1`` (which reads to the end of the
 stream, past the cap), ``+1``, ``1_0`` and `` 1``."""
 
@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import assert_nothing_left_running
 from xrpo.sandbox import Limits, run_program
 from xrpo.sandbox._boot_check import recv
-from xrpo.sandbox.programs import _Frames
+from xrpo.sandbox.stream import Frames
 
 FORGED_LENGTHS = [b"-1", b"+3", b"3_0", b"\xd9\xa3", b"3 ", b"", b"0x3"]  # \xd9\xa3: ARABIC-INDIC DIGIT THREE
 
@@ -32,8 +32,8 @@ def test_check_protocol_reads_a_valid_message_and_caps_it():
         recv(io.BytesIO(b"1001\n"), cap=1000)
 
 
-def frames_after(stream: bytes) -> _Frames:
-    frames = _Frames(2, max_frame=1000, on_test=None)
+def frames_after(stream: bytes) -> Frames:
+    frames = Frames(2, max_frame=1000, on_test=None)
     frames.feed(stream)
     return frames
 
