@@ -55,7 +55,7 @@ from xrpo.algo.config import (
 from xrpo.algo.losses import get_policy_loss
 from xrpo.rewards import get_verifier, raise_reference_errors
 from xrpo.rollout.corpus import update_corpus
-from xrpo.rollout.engine import SamplingParams
+from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.planner import PlanConfig, PlanResult
 from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
@@ -115,17 +115,24 @@ def plan_config(cfg: TrainConfig) -> PlanConfig:
 
 
 def train(
-    cfg: TrainConfig, *, resume: str | None = None, log=print, on_step: Callable[[StepReport], None] | None = None
+    cfg: TrainConfig,
+    *,
+    resume: str | None = None,
+    log=print,
+    on_step: Callable[[StepReport], None] | None = None,
+    engine_factory: Callable[..., RolloutEngine] | None = None,
 ) -> dict:
     """Run the configured training (or resume one) and return the summary (also in summary.json). ``on_step`` is
-    called after every step with a `StepReport` (for tests, custom logging or early stopping by raising). After
-    SIGTERM / SIGINT it checkpoints the step under way once it ends and raises `TrainingStopped`."""
+    called after every step with a `StepReport` (for tests, custom logging or early stopping by raising).
+    ``engine_factory(cfg, model, tokenizer)`` builds the rollout engine in place of `xrpo.trainer.setup.build_engine`
+    (e.g. a benchmark wrapping it to count engine steps). After SIGTERM / SIGINT it checkpoints the step under way
+    once it ends and raises `TrainingStopped`."""
     # what the run holds (its directory's lock, the signal handlers) is given back however it ends
     with ExitStack() as held:
-        return _train(cfg, resume, log, on_step, held)
+        return _train(cfg, resume, log, on_step, held, engine_factory or build_engine)
 
 
-def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) -> dict:
+def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack, engine_factory) -> dict:
     # ================================================================ setup
     t_start = time.perf_counter()
     state: dict = {}
@@ -174,7 +181,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) 
     corpus = None
     if m.icl:
         corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
-    engine = build_engine(cfg, model, tokenizer)
+    engine = engine_factory(cfg, model, tokenizer)
     pcfg = plan_config(cfg)
     source = build_source(
         SourceContext(
