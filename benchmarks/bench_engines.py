@@ -27,7 +27,7 @@ MODELS = {
 
 
 def _config(name: str, extra: list[str]):
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
 
     spec = MODELS[name]
     if spec[0] == "--config":

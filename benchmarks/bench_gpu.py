@@ -167,7 +167,7 @@ def bench_update(shape, device, feature, rows, prompt_len, completion_len, repea
 
 # ------------------------------------------------------------------------------------------------- step time
 def bench_steps(shape, device, out: Path, steps: int, new_tokens: int, prompts_per_step: int, rollouts: int):
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.loop import train
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_gpu_"))

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-import xrpo.trainer.loop as loop
 from xrpo.algo.simulate import step_latency
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
+from xrpo.trainer.loop import train
+from xrpo.trainer.setup import build_engine
 
 PARTS = ["time/generate", "time/plan", "time/retrieve", "time/verify", "time/old_logprobs", "time/update"]
 ARMS = {
@@ -68,7 +69,12 @@ def run_block(arm: str, steps: int, seed: int, out: Path, config: str | None, ex
         overrides.append("data.n_heldout=8")
     cfg = build_config(config, overrides + extra)
     rows: list[dict] = []
-    loop.train(cfg, log=lambda *_: None, on_step=lambda r: rows.append(report_row(r)))
+    train(
+        cfg,
+        log=lambda *_: None,
+        on_step=lambda r: rows.append(report_row(r)),
+        engine_factory=counting_build_engine,
+    )
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     for m, extra_m in zip(metrics, rows):
         m.update(extra_m)
@@ -78,9 +84,10 @@ def run_block(arm: str, steps: int, seed: int, out: Path, config: str | None, ex
 ENGINE_STEPS = [0]  # vLLM engine steps so far (counted by `counting_build_engine`)
 
 
-def counting_build_engine(cfg, model, tokenizer, _real=loop.build_engine):
-    """The trainer's engine, with vLLM's engine steps counted (to compare with the engine-step latency model)."""
-    engine = _real(cfg, model, tokenizer)
+def counting_build_engine(cfg, model, tokenizer):
+    """The trainer's engine (`xrpo.trainer.setup.build_engine`), with vLLM's engine steps counted (to compare with
+    the engine-step latency model); given to `train` as its ``engine_factory``."""
+    engine = build_engine(cfg, model, tokenizer)
     if hasattr(engine, "llm"):
         core, step = engine.llm.llm_engine, engine.llm.llm_engine.step
 
@@ -90,9 +97,6 @@ def counting_build_engine(cfg, model, tokenizer, _real=loop.build_engine):
 
         core.step = counted
     return engine
-
-
-loop.build_engine = counting_build_engine
 
 
 def report_row(report) -> dict:

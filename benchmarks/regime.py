@@ -54,9 +54,9 @@ def paired_t(diffs: list[float]) -> tuple[float, float]:
 
 
 def write_corpus(cfg, items: list[tuple[str, str, str]], path: str, exclude_seeds: list[int], log) -> None:
-    """The verified solutions as a seed-solution JSONL; ids get this run's seed as a prefix (the built-in task's ids
-    repeat across seeds with other questions), and problems of the held-out splits of ``exclude_seeds`` are left out
-    (a study's runs validate on those: their answers must not reach the training prompts)."""
+    """The distinct verified solutions as a seed-solution JSONL; ids get this run's seed as a prefix (the built-in
+    task's ids repeat across seeds with other questions), and problems of the held-out splits of ``exclude_seeds``
+    are left out (a study's runs validate on those: their answers must not reach the training prompts)."""
     import dataclasses
 
     from xrpo.trainer import setup
@@ -65,13 +65,15 @@ def write_corpus(cfg, items: list[tuple[str, str, str]], path: str, exclude_seed
     for s in exclude_seeds:
         _, heldout = setup.load_data(dataclasses.replace(cfg, seed=s), log=lambda *_: None)
         banned |= {p.text for p in heldout}
-    kept = [i for i in items if i[1] not in banned]
+    # a prompt's identical correct rollouts are one seed solution: the corpus stores a repeated one once anyway
+    allowed = [i for i in items if i[1] not in banned]
+    kept = list(dict.fromkeys(allowed))
     with open(path, "w", encoding="utf-8") as f:
         for pid, text, sol in kept:
             f.write(json.dumps({"problem_id": f"seed{cfg.seed}-{pid}", "problem": text, "solution": sol}) + "\n")
     log(
         f"wrote {len(kept)} verified solutions of {len({i[0] for i in kept})} problems to {path} "
-        f"({len(items) - len(kept)} of held-out questions left out)"
+        f"({len(items) - len(allowed)} of held-out questions left out, {len(allowed) - len(kept)} repeats)"
     )
 
 
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
 
     cfg = build_config(args.config, args.overrides)
     torch.set_num_threads(cfg.threads or 1)

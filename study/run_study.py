@@ -41,7 +41,7 @@ import study_report as report  # noqa: E402
 
 import xrpo  # noqa: E402
 from xrpo.algo.presets import list_presets  # noqa: E402
-from xrpo.trainer.config import build_config, from_dict, load_config_file, to_dict  # noqa: E402
+from xrpo.trainer.config_loader import build_config, from_dict, load_config_file, to_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # treepo-sampling is the paper's TPO-S baseline (the sampler alone); treepo adds TreePO's own tree advantage

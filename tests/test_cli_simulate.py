@@ -9,7 +9,7 @@ import pytest
 
 from xrpo.cli import build_parser, main
 from xrpo.sim.runner import SimConfig
-from xrpo.trainer.config import field_docs
+from xrpo.trainer.fields import field_docs
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -19,6 +19,14 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/trainer/test_train.py", "tests/trainer/test_config.py"),
         "maps a TrainConfig onto the builders of xrpo.models.loading and xrpo.rollout.build, tested through train()",
     ),
+    "xrpo/trainer/config_loader.py": (
+        ("tests/trainer/test_config.py",),
+        "building a TrainConfig (presets, YAML, overrides, to/from dict) is tested beside the schema it fills",
+    ),
+    "xrpo/trainer/fields.py": (
+        ("tests/trainer/test_config.py", "tests/test_cli_simulate.py", "tests/test_cli_eval.py"),
+        "field docstrings and type conversion, tested through the configs and command lines that use them",
+    ),
     "xrpo/eval/build.py": (
         ("tests/eval/test_evaluate.py",),
         "what evaluate() samples with, tested through evaluate()",
@@ -54,6 +62,23 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
             "tests/rewards/test_code_adversarial.py",
         ),
         "runs inside the sandboxed child; tested through run_program and attack programs",
+    ),
+    "xrpo/sandbox/stream.py": (
+        ("tests/sandbox/test_programs_protocol.py", "tests/sandbox/test_programs.py"),
+        "the caller's reader of the boot's stream: malformed streams directly, the rest through run_program",
+    ),
+    "xrpo/sandbox/_boot_isolation.py": (
+        ("tests/sandbox/test_programs.py", "tests/sandbox/test_programs_kernel_memory.py"),
+        "the boot's isolation layers, run inside the sandboxed child; tested through run_program's reported layers "
+        "and attack programs",
+    ),
+    "xrpo/sandbox/_boot_harness.py": (
+        ("tests/sandbox/test_programs.py", "tests/rewards/test_code_adversarial.py"),
+        "the boot's test harness, run inside the sandboxed child; tested through run_program",
+    ),
+    "xrpo/sandbox/_boot_check.py": (
+        ("tests/sandbox/test_programs_protocol.py", "tests/sandbox/test_programs.py"),
+        "check mode inside the sandboxed child: its message framing directly, the rest through run_program",
     ),
     "xrpo/sandbox/_pool_worker.py": (
         ("tests/sandbox/test_pool.py",),

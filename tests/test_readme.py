@@ -60,7 +60,7 @@ def test_cli_help_lists_every_config_field():
 
 
 def test_the_default_job_config_is_valid_and_is_xrpo():
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
 
     cfg = build_config(None, [])  # what `xrpo train` with no arguments runs
     assert cfg.method.name == "xrpo" and cfg.model.path == "default" and cfg.data.train == "default"

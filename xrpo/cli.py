@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
+import typing
 
 from xrpo import __version__
+from xrpo.trainer.fields import coerce, field_docs, strip_optional
 
 
 def _train(args) -> int:
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.loop import TrainingStopped, train
 
     try:
@@ -157,12 +160,63 @@ def _str_list(text: str) -> list[str]:
     return [x for x in text.replace(",", " ").split() if x]
 
 
+# -- the one helper behind every subcommand's options ----------------------------------------------------------
+def add_field_options(
+    parser: argparse.ArgumentParser,
+    cls,
+    *,
+    show_defaults: bool,
+    skip: tuple[str, ...] = (),
+    special: dict[str, dict] | None = None,
+) -> None:
+    """One ``--flag`` per field of the config dataclass ``cls`` (``xrpo eval``'s `EvalConfig`, ``xrpo simulate``'s
+    `SimConfig`; ``xrpo train``'s sections are set as ``key=value`` through the same conversion,
+    `xrpo.trainer.config_loader`): its help is the field's docstring (`field_docs`), its value is converted to the
+    field's declared type by `xrpo.trainer.fields.coerce` (a bool field is ``--flag / --no-flag``, a list of ints or
+    names is comma-separated).
+
+    show_defaults: leave a flag not given out of the parsed namespace (so the dataclass's default, or a --config
+        file's value, applies) and show the default in its help; False: the namespace holds the default.
+    special: argparse options of a field that replace the derived ones (``help_suffix`` is appended to its help).
+    """
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        h = docs.get(f.name, "")
+        if show_defaults and default is not None:
+            h += f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})"
+        kw: dict = {"default": argparse.SUPPRESS if show_defaults else default}
+        base, _ = strip_optional(hints[f.name])
+        if base is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif base == list[int]:
+            kw.update(type=_int_list, metavar="M1,M2,...")
+        elif base == list[str]:
+            kw.update(type=_str_list, metavar="NAME,...")
+        elif base in (int, float):
+            kw["type"] = _converter(f.name, hints[f.name], base.__name__)
+        extra = dict((special or {}).get(f.name, {}))
+        h += extra.pop("help_suffix", "")
+        if extra:
+            kw = {"default": kw["default"], **extra}
+        parser.add_argument("--" + f.name.replace("_", "-"), help=h.replace("%", "%%"), **kw)
+
+
+def _converter(name: str, ftype, shown: str):
+    def convert(text: str):
+        return coerce(text, name, ftype)
+
+    convert.__name__ = shown  # argparse's error names it: "invalid int value: 'x'"
+    return convert
+
+
 def _add_simulate_parser(sub) -> None:
     """`xrpo simulate` options come from SimConfig's fields and their docstrings."""
     from xrpo.sim.runner import SWEEPABLE, SimConfig
-    from xrpo.trainer.config import field_docs
 
-    docs = field_docs(SimConfig)
     sp = sub.add_parser(
         "simulate",
         help="allocation simulator: what each rollout-allocation rule buys per step (no model, seconds)",
@@ -189,26 +243,7 @@ def _add_simulate_parser(sub) -> None:
         f"({', '.join(SWEEPABLE)}); for dist separate the mixtures with ';'",
     )
     sp.add_argument("--no-plots", action="store_true", help="with --output, write no PNGs (no matplotlib needed)")
-    S = argparse.SUPPRESS
-    for name, f in SimConfig.__dataclass_fields__.items():
-        flag = "--" + name.replace("_", "-")
-        t = str(f.type)
-        h = docs.get(name, "")
-        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
-        shown = ",".join(map(str, default)) if isinstance(default, list) else default
-        h = (h if default is None else f"{h} (default: {shown})").replace("%", "%%")
-        if t == "bool":
-            sp.add_argument(flag, action=argparse.BooleanOptionalAction, default=S, help=h)
-        elif t.startswith("list[int]"):
-            sp.add_argument(flag, type=_int_list, default=S, metavar="M1,M2,...", help=h)
-        elif t.startswith("list[str]"):
-            sp.add_argument(flag, type=_str_list, default=S, metavar="NAME,...", help=h)
-        elif t.startswith("int"):
-            sp.add_argument(flag, type=int, default=S, help=h)
-        elif t.startswith("float"):
-            sp.add_argument(flag, type=float, default=S, help=h)
-        else:
-            sp.add_argument(flag, default=S, help=h)
+    add_field_options(sp, SimConfig, show_defaults=True)
     sp.set_defaults(func=_simulate)
 
 
@@ -222,7 +257,7 @@ def _int_list(text: str) -> list[int]:
 def _add_eval_parser(sub) -> None:
     """`xrpo eval` options come from EvalConfig's fields and their docstrings (one source for --help and docs)."""
     from xrpo.eval.config import EvalConfig
-    from xrpo.trainer.config import field_docs
+    from xrpo.rollout.build import ENGINES
 
     docs = field_docs(EvalConfig)
     ev = sub.add_parser(
@@ -235,45 +270,24 @@ def _add_eval_parser(sub) -> None:
     )
     ev.add_argument("model", help=docs["model"])
     ev.add_argument("data", nargs="*", metavar="DATA", help=docs["data"] + " Default: default.")
-    ints = {
-        "n",
-        "max_new_tokens",
-        "seed",
-        "icl_k",
-        "limit",
-        "batch_size",
-        "chunk_size",
-        "threads",
-        "max_prompt_tokens",
-        "vllm_max_model_len",
-    }
-    for name in EvalConfig.__dataclass_fields__:
-        if name in ("model", "data"):
-            continue
-        flag = "--" + name.replace("_", "-")
-        h = docs.get(name, "")
-        default = EvalConfig.__dataclass_fields__[name].default
-        if name in ("greedy", "save_completions"):
-            ev.add_argument(flag, action="store_true", help=h)
-        elif name == "chat_template":
-            ev.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=h)
-        elif name == "k":
-            ev.add_argument(flag, type=_int_list, nargs="+", default=None, metavar="K", help=h)
-        elif name == "stop":
-            ev.add_argument(flag, action="append", default=None, metavar="STRING", help=h + " Repeatable.")
-        elif name in ints:
-            ev.add_argument(flag, type=int, default=default, help=h)
-        elif name in ("temperature", "top_p", "vllm_kv_cache_gib", "vllm_gpu_memory_utilization"):
-            ev.add_argument(flag, type=float, default=default, help=h)
-        elif name == "engine":
-            ev.add_argument(flag, choices=["hf", "vllm"], default=default, help=h)
-        else:
-            ev.add_argument(flag, default=default, help=h)
+    add_field_options(
+        ev,
+        EvalConfig,
+        skip=("model", "data"),
+        show_defaults=False,
+        special={
+            "greedy": {"action": "store_true"},
+            "save_completions": {"action": "store_true"},
+            "k": {"type": _int_list, "nargs": "+", "metavar": "K"},
+            "stop": {"action": "append", "metavar": "STRING", "help_suffix": " Repeatable."},
+            "engine": {"choices": list(ENGINES)},
+        },
+    )
     ev.set_defaults(func=_eval)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from xrpo.trainer.config import help_text
+    from xrpo.trainer.config_loader import help_text
 
     parser = argparse.ArgumentParser(
         prog="xrpo",

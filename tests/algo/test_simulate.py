@@ -23,7 +23,6 @@ from xrpo.algo.simulate import (
     fixed_outcome,
     icl_success_prob,
     latency_ratio,
-    mean_ci,
     mixture_moment,
     mixture_zero_variance_share,
     nonzero_variance_prob,
@@ -31,7 +30,6 @@ from xrpo.algo.simulate import (
     outcome_from_phased,
     phase_latency,
     phased_step,
-    ratio_ci,
     round_latency,
     sample_mixture,
     step_latency,
@@ -39,6 +37,7 @@ from xrpo.algo.simulate import (
     stream_latency,
     uniform_counts,
 )
+from xrpo.algo.stats import mean_ci
 
 # ---------------------------------------------------------------------------------------------------------------
 # exact expectations by enumeration
@@ -358,22 +357,6 @@ def test_step_metrics_hand():
     assert m["seeded_prompts"] == 2 and m["flips"] == 1 and m["planned_rounds"] == 2 and m["nonuniform_rounds"] == 1
     # eps 0.3 also counts the p = 0.25 prompt as never solved
     assert step_metrics(o, degenerate_eps=0.3)["rollouts_p01"] == 8
-
-
-def test_mean_and_ratio_intervals_hand():
-    # [1, 2, 3]: mean 2, s = 1, t_{0.975, 2} = 4.3027 -> half-width 4.3027 / sqrt 3 = 2.4841
-    m, h = mean_ci([1.0, 2.0, 3.0])
-    assert m == 2.0 and math.isclose(h, 4.302652729749462 / math.sqrt(3), rel_tol=1e-12)
-    # x = 2 y on every step: the ratio is exactly 2 and the delta-method variance
-    # V/my^2 * (4 - 8 + 4) vanishes
-    y = np.array([1.0, 3.0, 2.0, 5.0])
-    r, h = ratio_ci(2 * y, y)
-    assert r == 2.0 and h < 1e-12
-    # independent noise: the interval is positive and covers the true ratio of means
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(3, 1, 5000), rng.normal(2, 1, 5000)
-    r, h = ratio_ci(x, y)
-    assert h > 0 and abs(r - 1.5) < h
 
 
 def test_sample_mixture():

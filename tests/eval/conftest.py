@@ -40,7 +40,7 @@ def eval_env(tmp_path_factory, tiny_tokenizer):
 @pytest.fixture(scope="session")
 def tiny_run(eval_env, tmp_path_factory):
     """A finished 3-step XRPO run of the tiny model (checkpoints, metrics.jsonl, eval.jsonl, rounds.jsonl)."""
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.loop import train
 
     out = tmp_path_factory.mktemp("runs") / "tiny"

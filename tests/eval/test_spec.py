@@ -72,7 +72,7 @@ def test_default_follows_the_runs_families_and_levels():
     """A run trained on a restricted built-in task is evaluated on that task's held-out split, not the full one."""
     from xrpo.data.tasks import make_default_task
     from xrpo.eval.model import run_defaults
-    from xrpo.trainer.config import build_config
+    from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.setup import load_data
 
     cfg = build_config(None, ["data.families=[gcd, products]", "data.levels={products: [2]}", "data.n_heldout=12"])

@@ -20,7 +20,7 @@ from xrpo.rollout.sources import (
     register_source,
     source_name,
 )
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 
 PROBLEMS = [Problem(id=f"p{i}", prompt=f"q{i}", answer=str(i)) for i in range(6)]
 

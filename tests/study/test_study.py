@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from xrpo.algo.presets import list_presets
-from xrpo.trainer.config import build_config, load_config_file, to_dict
+from xrpo.trainer.config_loader import build_config, load_config_file, to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,18 +6,9 @@ from pathlib import Path
 import pytest
 
 from xrpo.algo.presets import get_preset, list_presets
-from xrpo.trainer.config import (
-    SECTIONS,
-    MethodConfig,
-    TrainConfig,
-    _flatten,
-    build_config,
-    field_docs,
-    from_dict,
-    help_text,
-    load_config_file,
-    to_dict,
-)
+from xrpo.trainer.config import SECTIONS, MethodConfig, TrainConfig
+from xrpo.trainer.config_loader import build_config, flatten, from_dict, help_text, load_config_file, to_dict
+from xrpo.trainer.fields import field_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -208,7 +199,7 @@ def test_missing_config_file(tmp_path):
 def test_every_shipped_config_builds(path):
     """The YAML configs the repository ships (configs/, study/) stay valid as knobs change: each builds and
     validates (a renamed or removed field would fail here, naming it)."""
-    loaded = _flatten(to_dict(build_config(str(ROOT / path))))
+    loaded = flatten(to_dict(build_config(str(ROOT / path))))
     # every value the file sets, itself or through its base, is the value the run gets (none dropped or renamed on
     # the way); keys as the config loader reads them (section.field)
     values, own = load_config_file(ROOT / path)

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from xrpo.trainer.checkpoint import list_checkpoints
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 
 

@@ -35,7 +35,7 @@ from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.hf_engine import HFEngine
 from xrpo.rollout.prompts import PromptRenderer
 from xrpo.rollout.validate import sample_and_score
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 
 STEPS = 18

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 from xrpo.trainer.trackers import TRACKERS, Tracker, register_tracker
 

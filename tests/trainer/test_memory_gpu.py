@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.logprobs import completion_logprobs
 from xrpo.trainer.loop import train
 from xrpo.trainer.update import Policy, checkpointing

@@ -10,7 +10,7 @@ import pytest
 
 import xrpo.trainer.loop as loop
 from xrpo.cli import main
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 
 

@@ -20,7 +20,7 @@ import yaml
 from safetensors.torch import load_file
 
 from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints
-from xrpo.trainer.config import build_config, to_dict
+from xrpo.trainer.config_loader import build_config, to_dict
 from xrpo.trainer.loop import train
 
 STEPS, SAVE_EVERY, EVAL_EVERY = 8, 2, 3

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 from xrpo.trainer.runlock import LOCK_NAME, RunLock, RunLockedError
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 from xrpo.trainer.trackers import TRACKERS, Tracker, TrackerError, get_tracker, mlflow_name, register_tracker
 

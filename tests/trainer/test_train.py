@@ -14,7 +14,7 @@ from xrpo.algo.presets import list_presets
 from xrpo.cli import main
 from xrpo.sim.runner import read_rounds_rates
 from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import NonFiniteLossError, train
 
 
@@ -170,14 +170,14 @@ def test_nan_reward_from_a_user_verifier_is_reported(trainer_env, tmp_path):
         train(build_config(None, ov), log=quiet)
 
 
-def test_engine_gets_the_updated_weights_every_step(trainer_env, tmp_path, monkeypatch):
-    import xrpo.trainer.loop as loop
+def test_engine_gets_the_updated_weights_every_step(trainer_env, tmp_path):
+    # the engine comes through train's engine hook: a hook left unused leaves `calls` empty
+    from xrpo.trainer.setup import build_engine
 
     calls = []
-    real_build = loop.build_engine
 
     def counting_build(cfg, model, tokenizer):
-        engine = real_build(cfg, model, tokenizer)
+        engine = build_engine(cfg, model, tokenizer)
         original = engine.sync_weights
 
         def sync(m):
@@ -187,8 +187,8 @@ def test_engine_gets_the_updated_weights_every_step(trainer_env, tmp_path, monke
         engine.sync_weights = sync
         return engine
 
-    monkeypatch.setattr(loop, "build_engine", counting_build)
-    train(build_config(None, trainer_env["overrides"](tmp_path / "s", "xrpo", steps=3)), log=quiet)
+    cfg = build_config(None, trainer_env["overrides"](tmp_path / "s", "xrpo", steps=3))
+    train(cfg, log=quiet, engine_factory=counting_build)
     assert calls == [True, True, True]
 
 

@@ -16,7 +16,7 @@ from xrpo.algo.advantages import group_advantages
 from xrpo.algo.tree import global_whiten, tree_advantages
 from xrpo.rollout import sources
 from xrpo.rollout.advantages import tree_ancestor_ids
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 
 

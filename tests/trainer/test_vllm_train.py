@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.trainer.conftest import base_overrides
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None or torch.cuda.is_available(),

@@ -21,7 +21,7 @@ import pytest
 
 from xrpo.algo.advantages import group_advantages, length_normalized_loglik, sharpen_advantages
 from xrpo.algo.allocation import allocate_round, plan_phases
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 
 STEPS = 5

@@ -16,8 +16,7 @@ figures the simulator reports. Everything here is numpy with explicit ``numpy.ra
 generator state gives the same step.
 
 Also here: the paper's latency model of phased generation (appendix "Latency Analysis"): :func:`round_latency`,
-:func:`latency_ratio`, :func:`phase_latency`; and the intervals the simulator reports (:func:`mean_ci`,
-:func:`ratio_ci`).
+:func:`latency_ratio`, :func:`phase_latency`. The intervals the simulator reports are `xrpo.algo.stats`'.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
-from scipy import stats
 
 from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
 from xrpo.algo.cures import (
@@ -51,7 +49,6 @@ __all__ = [
     "expected_informative_rollouts",
     "icl_success_prob",
     "latency_ratio",
-    "mean_ci",
     "mixture_moment",
     "mixture_zero_variance_share",
     "nonzero_variance_prob",
@@ -63,7 +60,6 @@ __all__ = [
     "step_latency",
     "stream_latency",
     "phased_step",
-    "ratio_ci",
     "round_latency",
     "sample_mixture",
     "step_metrics",
@@ -649,35 +645,6 @@ def step_metrics(o: StepOutcome, degenerate_eps: float = 0.0) -> dict[str, float
         "nonuniform_rounds": float(sum(o.nonuniform)),
     }
     return m
-
-
-def mean_ci(x, confidence: float = 0.95) -> tuple[float, float]:
-    """Mean of i.i.d. per-step values and the half-width of its Student-t interval (0 for fewer than 2 values)."""
-    a = np.asarray(x, dtype=np.float64)
-    if a.ndim != 1 or a.shape[0] == 0:
-        raise ValueError(f"x must be a non-empty 1-D array, got shape {a.shape}")
-    if a.shape[0] < 2:
-        return float(a[0]), 0.0
-    # half = t_{(1+c)/2, n-1} * s / sqrt(n)
-    half = stats.t.ppf(0.5 + confidence / 2.0, a.shape[0] - 1) * a.std(ddof=1) / math.sqrt(a.shape[0])
-    return float(a.mean()), float(half)
-
-
-def ratio_ci(x, y, confidence: float = 0.95) -> tuple[float, float]:
-    """mean(x) / mean(y) over paired per-step values, with a delta-method half-width (nan when mean(y) == 0).
-
-    Var(R) ~ (Var x / my^2 - 2 mx Cov(x, y) / my^3 + mx^2 Var y / my^4) / n for R = mx / my.
-    """
-    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if a.shape != b.shape or a.ndim != 1 or a.shape[0] < 2:
-        raise ValueError(f"x and y must be paired 1-D arrays of >= 2 values, got {a.shape} and {b.shape}")
-    mx, my = a.mean(), b.mean()
-    if my == 0:
-        return float("nan"), float("nan")
-    cov = np.cov(a, b, ddof=1)
-    var = (cov[0, 0] / my**2 - 2 * mx * cov[0, 1] / my**3 + mx**2 * cov[1, 1] / my**4) / a.shape[0]
-    z = stats.t.ppf(0.5 + confidence / 2.0, a.shape[0] - 1)
-    return float(mx / my), float(z * math.sqrt(max(var, 0.0)))
 
 
 # ---------------------------------------------------------------------------------------------------------------

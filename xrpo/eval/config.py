@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xrpo.rollout.build import ENGINES
+from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
 
 __all__ = ["EvalConfig", "default_chunk_size", "default_ks"]
 
@@ -124,7 +125,6 @@ class EvalConfig:
             "chunk_size",
             "threads",
             "max_prompt_tokens",
-            "vllm_max_model_len",
         ):
             v = getattr(self, name)
             if v is not None and v < 1:
@@ -135,10 +135,11 @@ class EvalConfig:
             raise ValueError(f"--icl-k must be >= 1, got {self.icl_k}")
         if self.engine not in ENGINES:
             raise ValueError(f"--engine must be {' or '.join(ENGINES)}, got {self.engine!r}")
-        if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
-            raise ValueError(f"--vllm-kv-cache-gib must be > 0, got {self.vllm_kv_cache_gib}")
-        if self.vllm_gpu_memory_utilization is not None and not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise ValueError(f"--vllm-gpu-memory-utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
+        # the ranges of vLLM's options: one checker each, shared with the trainer's config and VLLMEngine
+        check_kv_cache_gib(self.vllm_kv_cache_gib, "--vllm-kv-cache-gib")
+        if self.vllm_gpu_memory_utilization is not None:  # None: the default, 0.9
+            check_gpu_memory_utilization(self.vllm_gpu_memory_utilization, "--vllm-gpu-memory-utilization")
+        check_max_model_len(self.vllm_max_model_len, "--vllm-max-model-len")
         if self.dtype not in (None, "float32", "bfloat16"):
             raise ValueError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
         if not self.data:

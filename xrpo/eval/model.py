@@ -136,7 +136,8 @@ def resolve_model(spec: str) -> ResolvedModel:
     import yaml
 
     from xrpo.trainer import checkpoint as ckpt
-    from xrpo.trainer.config import TrainConfig, from_dict
+    from xrpo.trainer.config import TrainConfig
+    from xrpo.trainer.config_loader import from_dict
 
     p = Path(spec).expanduser()
     if p.is_dir():

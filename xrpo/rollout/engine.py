@@ -53,6 +53,7 @@ __all__ = [
     "validate_generate_ids_args",
     "find_stop",
     "cut_at_stop",
+    "resolve_eos_token_ids",
 ]
 
 FinishReason = Literal["eos", "length", "stop"]
@@ -275,6 +276,26 @@ def validate_generate_args(prompts, counts, params) -> tuple[list[str], list[int
     if not isinstance(params, SamplingParams):
         raise ValueError(f"params: expected xrpo.rollout.engine.SamplingParams, got {type(params).__name__}")
     return prompts, [int(c) for c in counts]
+
+
+def resolve_eos_token_ids(given: Sequence[int] | None, sources: Sequence, owner: str) -> list[int]:
+    """The token ids that end a completion, as every engine takes them: ``given`` when it is not None, else every id
+    that ``sources`` name (each an int, a list of ints or None: the tokenizer's ``eos_token_id``, the model's
+    generation config's), in order, without repeats. Raises ValueError when there is none; ``owner`` says who was
+    asked (e.g. "neither the tokenizer nor the model")."""
+    if given is None:
+        ids: list[int] = []
+        for source in sources:
+            for i in source if isinstance(source, (list, tuple)) else [source]:
+                if i is not None and int(i) not in ids:
+                    ids.append(int(i))
+        if not ids:
+            raise ValueError(f"eos_token_ids: {owner} sets an EOS token; pass eos_token_ids")
+        return ids
+    ids = [int(i) for i in given]
+    if not ids:
+        raise ValueError("eos_token_ids: expected at least one token id")
+    return ids
 
 
 def find_stop(text: str, stop: Sequence[str]) -> int | None:

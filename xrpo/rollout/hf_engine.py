@@ -40,6 +40,7 @@ from xrpo.rollout.engine import (
     SamplingParams,
     cut_at_stop,
     find_stop,
+    resolve_eos_token_ids,
     validate_generate_args,
     validate_generate_ids_args,
 )
@@ -150,17 +151,11 @@ class HFEngine:
         if self.device != model_device:
             model.to(self.device)
 
-        if eos_token_ids is None:
-            ids: list[int] = []
-            sources = (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None))
-            for source in sources:
-                for i in source if isinstance(source, (list, tuple)) else [source]:
-                    if i is not None and int(i) not in ids:
-                        ids.append(int(i))
-            eos_token_ids = ids
-        eos_token_ids = [int(i) for i in eos_token_ids]
-        if not eos_token_ids:
-            raise ValueError("eos_token_ids: the tokenizer and the model define no EOS token; pass eos_token_ids")
+        eos_token_ids = resolve_eos_token_ids(
+            eos_token_ids,
+            (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)),
+            "neither the tokenizer nor the model",
+        )
         self.eos_token_ids = eos_token_ids
         pad = getattr(tokenizer, "pad_token_id", None)
         # Without a pad token, padding with EOS is safe: padded positions are masked out, and a row is cut at its first

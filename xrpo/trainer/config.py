@@ -1,28 +1,19 @@
-"""Training configuration: dataclasses with one docstring per field (the single source for `--help` and the docs).
+"""The training configuration's schema: dataclasses with one docstring per field (the single source for `--help`
+and the docs), and the cross-field checks of `TrainConfig.validate()`, run before any model is loaded.
 
-A config is built from, in order of precedence (last wins): the dataclass defaults, the method preset named by
-``method.name`` (`xrpo.algo.presets`), a YAML file, and ``section.field=value`` overrides from the command line.
-Cross-field checks run in `TrainConfig.validate()` before any model is loaded.
+Building a config (defaults < the method preset < a YAML file < ``section.field=value`` overrides) is
+`xrpo.trainer.config_loader`'s; reading the field docstrings and converting a value to a field's type is
+`xrpo.trainer.fields`'.
 
 The method's knobs are declared once, in the sections of `xrpo.algo.config`; `MethodConfig` (and `RolloutConfig` for
 the ICL prompt knobs) inherit them, so a knob keeps its flat key (``method.lam_nov``), as in verl's
-``algorithm.xrpo.lam_nov``: no alias table. Values are converted to each field's declared type by pydantic's
-`TypeAdapter` (a command-line string is read as YAML first, except for a str field).
+``algorithm.xrpo.lam_nov``: no alias table.
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import inspect
-import textwrap
-import typing
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
-
-import yaml
-from pydantic import TypeAdapter, ValidationError
 
 from xrpo.algo.config import (
     AdvantageConfig,
@@ -38,8 +29,8 @@ from xrpo.algo.config import (
     TreePOConfig,
     check_knobs,
 )
-from xrpo.algo.presets import get_preset, list_presets
 from xrpo.rollout.prompts import FEWSHOT_POSITIONS
+from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
 
 
 @dataclass
@@ -409,24 +400,10 @@ class TrainConfig:
             "must be auto, float32, bfloat16 or float16",
             r.vllm_dtype,
         )
-        _check(r.vllm_kv_cache_gib > 0, "rollout.vllm_kv_cache_gib", "must be > 0", r.vllm_kv_cache_gib)
-        _check(
-            0 < r.vllm_gpu_memory_utilization <= 1,
-            "rollout.vllm_gpu_memory_utilization",
-            "must be in (0, 1]",
-            r.vllm_gpu_memory_utilization,
-        )
-        _check(
-            r.vllm_max_model_len is None
-            or (
-                isinstance(r.vllm_max_model_len, int)
-                and not isinstance(r.vllm_max_model_len, bool)
-                and r.vllm_max_model_len >= 1
-            ),
-            "rollout.vllm_max_model_len",
-            "must be null or an int >= 1",
-            r.vllm_max_model_len,
-        )
+        # the ranges of vLLM's options: one checker each, shared with xrpo eval and VLLMEngine
+        check_kv_cache_gib(r.vllm_kv_cache_gib, "config field rollout.vllm_kv_cache_gib")
+        check_gpu_memory_utilization(r.vllm_gpu_memory_utilization, "config field rollout.vllm_gpu_memory_utilization")
+        check_max_model_len(r.vllm_max_model_len, "config field rollout.vllm_max_model_len")
         _check(
             r.vllm_enforce_eager is None or isinstance(r.vllm_enforce_eager, bool),
             "rollout.vllm_enforce_eager",
@@ -505,194 +482,3 @@ SECTIONS = {
     "rollout": RolloutConfig,
     "optim": OptimConfig,
 }
-
-
-# -- building a config ------------------------------------------------------------------------------------------
-def _strip_optional(ftype: Any) -> tuple[Any, bool]:
-    args = typing.get_args(ftype)
-    if type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]), True  # noqa: UP007 (built at run time)
-    return ftype, False
-
-
-def _type_name(ftype: Any) -> str:
-    base, optional = _strip_optional(ftype)
-    name = "true/false" if base is bool else getattr(base, "__name__", None) or str(base).replace("typing.", "")
-    if typing.get_origin(base) is list:
-        name = f"list[{getattr(typing.get_args(base)[0], '__name__', '?')}]" if typing.get_args(base) else "list"
-    return f"{name} or null" if optional else name
-
-
-def _coerce(value: Any, name: str, ftype: Any) -> Any:
-    """A YAML/CLI value as the field's declared type ``ftype`` (pydantic's lax conversions, except that a bool field
-    takes only true/false); a string from the command line is read as YAML first, except for a str field."""
-    base, optional = _strip_optional(ftype)
-    if isinstance(value, str):
-        if optional and value in ("null", "None", "~"):
-            return None
-        if base is not str:  # strings are taken verbatim (a prompt template like "Q: {prompt}" is not YAML)
-            try:
-                value = yaml.safe_load(value)
-            except yaml.YAMLError as e:
-                raise ValueError(f"config field {name}: cannot parse {value!r}: {e}") from None
-    if isinstance(value, bool) and base in (int, float):
-        raise ValueError(f"config field {name} expects {_type_name(ftype)}, got {value!r}")
-    if typing.get_origin(base) is list and isinstance(value, (str, int, float)):
-        value = [value]  # eval_k=4 means [4]
-    try:
-        return TypeAdapter(ftype).validate_python(value, strict=True if base is bool else None)
-    except ValidationError as e:
-        why = "; ".join(err["msg"] for err in e.errors())
-        raise ValueError(
-            f"config field {name} expects {_type_name(ftype)}, got {type(value).__name__} {value!r} ({why})"
-        ) from None
-
-
-def _set(cfg: TrainConfig, key: str, value: Any) -> None:
-    parts = key.split(".")
-    if len(parts) == 1:
-        obj, attr = cfg, parts[0]
-    elif len(parts) == 2 and parts[0] in SECTIONS:
-        obj, attr = getattr(cfg, parts[0]), parts[1]
-    else:
-        raise ValueError(
-            f"unknown config key {key!r}; keys are FIELD or SECTION.FIELD with SECTION in {list(SECTIONS)}"
-        )
-    valid = [f.name for f in fields(obj)]
-    if attr not in valid or attr in SECTIONS:
-        where = parts[0] if len(parts) == 2 else "top level"
-        raise ValueError(f"unknown config key {key!r}: {where} has fields {[v for v in valid if v not in SECTIONS]}")
-    setattr(obj, attr, _coerce(value, key, typing.get_type_hints(type(obj))[attr]))
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and k in SECTIONS and not prefix:
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def load_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A trainer YAML file as ``section.field`` values: ``(values, own)``, ``own`` being what the file itself sets.
-
-    A top-level ``base: <path>`` (relative to the file) names a config file loaded first, whose values the file's own
-    override field by field; a base may have a base of its own. A loop, a missing base or a base that is not a path
-    is refused, naming the files.
-    """
-    return _load_config_file(Path(path), ())
-
-
-def _load_config_file(p: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
-    if not p.is_file():
-        raise FileNotFoundError(
-            f"config file {p} does not exist" + (f" (the base named in {chain[-1]})" if chain else "")
-        )
-    real = p.resolve()
-    if real in chain:
-        raise ValueError(f"config file {p}: its base chain loops: {' -> '.join(str(c) for c in (*chain, real))}")
-    loaded = yaml.safe_load(p.read_text()) or {}
-    if not isinstance(loaded, dict):
-        raise ValueError(f"config file {p}: expected a mapping at the top level")
-    base = loaded.pop("base", None)
-    values: dict[str, Any] = {}
-    if base is not None:
-        if not isinstance(base, str) or not base.strip():
-            raise ValueError(
-                f"config file {p}: base must be the path of another config file (relative to {p.parent}), got {base!r}"
-            )
-        values.update(_load_config_file(p.parent / base, (*chain, real))[0])
-    own = _flatten(loaded)
-    values.update(own)
-    return values, own
-
-
-def build_config(yaml_path: str | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """Defaults < method preset < YAML file (after its ``base``, `load_config_file`) < ``key=value`` overrides.
-    Validated before it is returned."""
-    values: dict[str, Any] = {}
-    if yaml_path:
-        values.update(load_config_file(yaml_path)[0])
-    for item in overrides or []:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not of the form key=value")
-        k, v = item.split("=", 1)
-        values[k.strip()] = v
-    cfg = TrainConfig()
-    name = values.pop("method.name", None)
-    if isinstance(name, str):
-        name = name.strip()
-    if name is not None:
-        cfg.method.name = name
-    for knob, value in get_preset(cfg.method.name).items():
-        if not hasattr(cfg.method, knob):
-            raise ValueError(f"preset {cfg.method.name!r} sets unknown knob {knob!r}")
-        setattr(cfg.method, knob, value)
-    for k, v in values.items():
-        _set(cfg, k, v)
-    return cfg.validate()
-
-
-def to_dict(cfg: TrainConfig) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-def from_dict(d: dict) -> TrainConfig:
-    """Exact inverse of `to_dict` (used to reload a run's config.yaml on resume)."""
-    cfg = TrainConfig()
-    for k, v in _flatten(d).items():
-        if k == "method.name":
-            cfg.method.name = v
-            continue
-        _set(cfg, k, v)
-    return cfg.validate()
-
-
-# -- help text from the field docstrings ------------------------------------------------------------------------
-def field_docs(cls) -> dict[str, str]:
-    """The docstring under each dataclass field, inherited ones included (attribute docstrings are not kept at run
-    time; read the source)."""
-    docs: dict[str, str] = {}
-    for base in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(base) and base.__module__.startswith("xrpo."):
-            docs.update(_own_field_docs(base))
-    return docs
-
-
-def _own_field_docs(cls) -> dict[str, str]:
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for a, b in zip(body, body[1:]):
-        if (
-            isinstance(a, ast.AnnAssign)
-            and isinstance(a.target, ast.Name)
-            and isinstance(b, ast.Expr)
-            and isinstance(b.value, ast.Constant)
-            and isinstance(b.value.value, str)
-        ):
-            docs[a.target.id] = " ".join(b.value.value.split())
-    return docs
-
-
-def help_text() -> str:
-    lines = ["Configuration (set with key=value, or in a YAML file given with --config):", ""]
-    default = TrainConfig()
-    for prefix, cls, obj in [("", TrainConfig, default)] + [
-        (f"{s}.", c, getattr(default, s)) for s, c in SECTIONS.items()
-    ]:
-        docs = field_docs(cls)
-        if prefix:
-            lines.append(f"[{prefix[:-1]}]")
-        for f in sorted(fields(cls), key=lambda f: f.name != "name"):  # method.name first, then its knobs
-            if f.name in SECTIONS:
-                continue
-            lines.append(f"  {prefix}{f.name} = {getattr(obj, f.name)!r}")
-            lines.append(textwrap.fill(docs.get(f.name, ""), 100, initial_indent="      ", subsequent_indent="      "))
-        lines.append("")
-    lines.append(f"Method presets (method.name=...): {', '.join(list_presets())}")
-    return "\n".join(lines)

@@ -82,7 +82,7 @@ class RunLogger:
         log=print,
         plots: Callable[[Path], dict[str, Path]] | None = None,
     ):
-        from xrpo.trainer.config import to_dict
+        from xrpo.trainer.config_loader import to_dict
 
         self.output = Path(output)
         self.log = log

@@ -55,12 +55,13 @@ from xrpo.algo.config import (
 from xrpo.algo.losses import get_policy_loss
 from xrpo.rewards import get_verifier, raise_reference_errors
 from xrpo.rollout.corpus import update_corpus
-from xrpo.rollout.engine import SamplingParams
+from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.planner import PlanConfig, PlanResult
 from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
-from xrpo.trainer.config import TrainConfig, from_dict, to_dict
+from xrpo.trainer.config import TrainConfig
+from xrpo.trainer.config_loader import from_dict, to_dict
 from xrpo.trainer.logging import MechanismTotals, RunLogger
 from xrpo.trainer.memory import format_estimate
 from xrpo.trainer.preempt import StopSignals, TrainingStopped
@@ -120,18 +121,20 @@ def train(
     log=print,
     on_step: Callable[[StepReport], None] | None = None,
     plots: Callable[[Path], dict[str, Path]] | None = None,
+    engine_factory: Callable[..., RolloutEngine] | None = None,
 ) -> dict:
     """Run the configured training (or resume one) and return the summary (also in summary.json). ``on_step`` is
     called after every step with a `StepReport` (for tests, custom logging or early stopping by raising). ``plots``
     makes the report's PNGs from the run directory at the end, for the trackers of ``report_to`` (`xrpo train`
-    passes `xrpo report`'s). After SIGTERM / SIGINT it checkpoints the step under way once it ends and raises
-    `TrainingStopped`."""
+    passes `xrpo report`'s). ``engine_factory(cfg, model, tokenizer)`` builds the rollout engine in place of
+    `xrpo.trainer.setup.build_engine` (e.g. a benchmark wrapping it to count engine steps). After SIGTERM / SIGINT it
+    checkpoints the step under way once it ends and raises `TrainingStopped`."""
     # what the run holds (its directory's lock, the signal handlers, the trackers' runs) is given back however it ends
     with ExitStack() as held:
-        return _train(cfg, resume, log, on_step, plots, held)
+        return _train(cfg, resume, log, on_step, plots, held, engine_factory or build_engine)
 
 
-def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: ExitStack) -> dict:
+def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: ExitStack, engine_factory) -> dict:
     # ================================================================ setup
     t_start = time.perf_counter()
     state: dict = {}
@@ -187,7 +190,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
     corpus = None
     if m.icl:
         corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
-    engine = build_engine(cfg, model, tokenizer)
+    engine = engine_factory(cfg, model, tokenizer)
     pcfg = plan_config(cfg)
     source = build_source(
         SourceContext(

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xrpo.trainer.checkpoint import write_atomic
+from xrpo.trainer.config_loader import flatten
 from xrpo.trainer.records import TB_DIR
 
 STATE_FILE = "trackers.json"
@@ -139,16 +140,6 @@ def start_trackers(output: Path, cfg, config: dict, *, resume_step: int | None, 
     if states != saved:
         write_atomic(path, json.dumps(states, indent=1))
     return started
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def _markdown_table(columns: list[str], rows: list[list]) -> str:
@@ -348,7 +339,7 @@ class MlflowTracker(Tracker):
         self.run_id = run.info.run_id
         from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
-        params = [Param(k, str(v)[:MAX_PARAM_VAL_LENGTH]) for k, v in _flatten(config).items()]
+        params = [Param(k, str(v)[:MAX_PARAM_VAL_LENGTH]) for k, v in flatten(config).items()]
         for i in range(0, len(params), 100):  # log_batch takes at most 100 parameters
             self.client.log_batch(self.run_id, params=params[i : i + 100])
         self.client.log_text(self.run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
