@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import xrpo.trainer.loop as loop
-from xrpo.algo.simulate import step_latency
+from xrpo.sim.latency import step_latency
 from xrpo.trainer.config import build_config
 
 PARTS = ["time/generate", "time/plan", "time/retrieve", "time/verify", "time/old_logprobs", "time/update"]

@@ -8,8 +8,9 @@ Top to bottom:
                  measured in a training run's rounds.jsonl (:func:`read_rounds_counts`): a mixture fitted to them
                  by maximum likelihood, or their raw rates.
     2. methods   every method allocates the same step (same prompts; its own reward draws) through the library's
-                 own functions (``xrpo.algo.simulate``); a small registry maps names to them (:data:`SIM_METHODS`).
-    3. figures   per step ``xrpo.algo.simulate.step_metrics``; over ``steps`` steps the mean and its 95% interval,
+                 own rules (the round planner ``xrpo.algo.rounds``, stepped by ``xrpo.sim.model``); a small
+                 registry maps names to them (:data:`SIM_METHODS`).
+    3. figures   per step ``xrpo.sim.model.step_metrics``; over ``steps`` steps the mean and its 95% interval,
                  and each method against uniform as a ratio of means with a paired (delta-method) interval.
     4. latency   the paper's latency model of rounds (appendix "Latency Analysis") for each engine concurrency.
     5. outputs   a Markdown table (printed; simulate.md), simulate.json, and with matplotlib (the `plot` extra)
@@ -35,28 +36,22 @@ from typing import Any
 import numpy as np
 
 from xrpo.algo.allocation import plan_phases
-from xrpo.algo.simulate import (
+from xrpo.algo.rounds import cures_select, one_batch_counts
+from xrpo.algo.signal import nonzero_variance_prob, oracle_allocation
+from xrpo.algo.simulate import mean_ci, ratio_ci
+from xrpo.sim.latency import latency_ratio, phase_latency, round_latency, stream_latency
+from xrpo.sim.model import (
     StepOutcome,
     bernoulli_draw,
-    cures_allocation,
     dapo_step,
     fit_success_rate_mixture,
     fixed_outcome,
     icl_success_prob,
-    latency_ratio,
-    mean_ci,
     mixture_zero_variance_share,
-    nonzero_variance_prob,
-    oracle_allocation,
     outcome_from_phased,
-    phase_latency,
     phased_step,
-    ratio_ci,
-    round_latency,
     sample_mixture,
     step_metrics,
-    stream_latency,
-    uniform_counts,
 )
 
 __all__ = [
@@ -272,7 +267,7 @@ _COMPONENT = re.compile(rf"^(?:({_NUM})\s*\*\s*)?(?:beta\(\s*({_NUM})\s*,\s*({_N
 
 
 def parse_mixture(spec: str) -> tuple[list[float], list]:
-    """Parse 'W*beta(a,b) + W*x + ...' into (weights, components) for ``xrpo.algo.simulate.sample_mixture``.
+    """Parse 'W*beta(a,b) + W*x + ...' into (weights, components) for ``xrpo.sim.model.sample_mixture``.
 
     Raises ValueError naming the option (dist) and the offending component.
     """
@@ -532,7 +527,7 @@ def register_sim_method(name: str) -> Callable[[SimMethod], SimMethod]:
 
 @register_sim_method("uniform")
 def _uniform(ctx: StepContext, p: np.ndarray, rng: np.random.Generator) -> StepOutcome:
-    return fixed_outcome(p, uniform_counts(ctx.cfg.prompts, ctx.cfg.rollouts), rng)
+    return fixed_outcome(p, one_batch_counts(ctx.cfg.prompts, ctx.cfg.rollouts), rng)
 
 
 def _phased(ctx: StepContext, p: np.ndarray, rng: np.random.Generator, allocation: str, mode: str) -> StepOutcome:
@@ -579,10 +574,10 @@ def _cures(ctx, p, rng):
     )
     trials = np.full(pool.shape[0], c.cures_history, dtype=np.int64)
     succ = rng.binomial(trials, pool)
-    idx, counts = cures_allocation(
+    pick = cures_select(
         succ, trials, c.prompts, c.rollouts, rng, temp_scale=c.cures_temp_scale, min_count=c.cures_min_count
     )
-    return fixed_outcome(pool[idx], counts, rng)
+    return fixed_outcome(pool[pick.idx], pick.counts, rng)
 
 
 @register_sim_method("dapo")

@@ -56,7 +56,7 @@ from xrpo.algo.losses import get_policy_loss
 from xrpo.rewards import get_verifier, raise_reference_errors
 from xrpo.rollout.corpus import update_corpus
 from xrpo.rollout.engine import SamplingParams
-from xrpo.rollout.planner import PlanConfig, PlanResult
+from xrpo.rollout.records import PlanConfig, PlanResult
 from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
@@ -300,12 +300,14 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, held: ExitStack) 
 
             # -------- 3. advantages (Algorithm 1 line 14)
             sample_lp = sample_logprobs(policy, records, cfg)
-            metrics.update(batch_advantages(batch, pcfg, token_logprobs=old_lp, sample_logprobs=sample_lp))
+            advantages, adv_metrics = batch_advantages(batch, pcfg, token_logprobs=old_lp, sample_logprobs=sample_lp)
+            metrics.update(adv_metrics)
+            plan.advantages = advantages  # kept with the step's rollouts for StepReport: what the loss was given
 
             # -------- 4. policy update
             t0 = time.perf_counter()
             # the model stays in eval mode (module docstring: dropout would break the ratio of the first mini-batch)
-            adv = torch.tensor(plan.advantages, dtype=torch.float32)
+            adv = torch.tensor(advantages, dtype=torch.float32)
             metrics.update(policy_update(policy, UpdateBatch(records, adv, old_lp, ref_lp), cfg, step))
             scheduler.step()
             metrics["time/update"] = time.perf_counter() - t0
