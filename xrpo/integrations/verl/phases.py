@@ -16,12 +16,15 @@ bookkeeping verl needs:
     align_batch         pad (rows with zero loss mask) or trim (whole zero-variance groups) to a size multiple
     rows_sampled_as_trained   the real rows whose rollout log-probs belong to the prompt they are trained on
     mark_padding        a rollout dump's reward extras with the padding rows blanked and flagged
+    append_rounds       a step's rounds appended to rounds.jsonl, the trainer's rows (`xrpo simulate --rounds-file`)
     plan_result         the step as an `xrpo.rollout.records.PlanResult` for xrpo's metrics and corpus update
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +39,7 @@ __all__ = [
     "ROUND_KEY",
     "SEEDED_KEY",
     "align_batch",
+    "append_rounds",
     "chat_template_length",
     "check_icl_prompts",
     "finish_round",
@@ -395,6 +399,15 @@ def trained_rows(batch) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # xrpo's bookkeeping
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def append_rounds(path: str, step: int, rounds: Sequence[dict]) -> None:
+    """Append a step's rounds to ``path`` as `xrpo train` writes rounds.jsonl: one ``{"step": step, **round}`` row per
+    round (`xrpo.rollout.records.round_entry`'s keys), so `xrpo simulate --rounds-file` and the study read a verl run's
+    rounds as a trainer run's. A resumed run appends its redone steps; the readers keep a step's last block."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write("".join(json.dumps({"step": int(step), **r}) + "\n" for r in rounds))
 
 
 def plan_result(batch, prompt_uids: Sequence, rounds: list[dict], tokenizer, full_reward: float):

@@ -42,6 +42,7 @@ from xrpo.integrations.verl.config import rollouts_per_step, validate_xrpo_confi
 from xrpo.integrations.verl.phases import (
     PAD_KEY,
     align_batch,
+    append_rounds,
     check_icl_prompts,
     finish_round,
     icl_seed,
@@ -62,6 +63,7 @@ from xrpo.rollout.step import rollout_metrics
 __all__ = ["CORPUS_DIR", "RayXRPOTrainer", "SEQ_MEAN_MODES", "minibatch_multiple", "pads_scale_the_loss"]
 
 CORPUS_DIR = "xrpo_corpus"
+ROUNDS_FILE = "rounds.jsonl"
 # verl's loss aggregations that divide by a fixed mini-batch size (core_algos.agg_loss's global_batch_size)
 SEQ_MEAN_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean")
 
@@ -121,6 +123,10 @@ class RayXRPOTrainer(RayPPOTrainer):
         if tr.resume_mode == "resume_path" and tr.resume_from_path:
             return os.path.abspath(tr.resume_from_path)
         return os.path.join(os.path.abspath(tr.default_local_dir), f"global_step_{self.global_steps}")
+
+    def _rounds_file(self) -> str:
+        """rounds.jsonl next to the run's checkpoints (``trainer.default_local_dir``), the trainer's rows."""
+        return os.path.join(os.path.abspath(self.config.trainer.default_local_dir), ROUNDS_FILE)
 
     def _save_checkpoint(self):
         super()._save_checkpoint()
@@ -341,6 +347,7 @@ class RayXRPOTrainer(RayPPOTrainer):
                         if curr_profile:
                             self.llm_server_manager.stop_profile()
                     result, problems = plan_result(batch, prompt_uids, rounds, self.tokenizer, self.xrpo.full_reward)
+                    append_rounds(self._rounds_file(), self.global_steps, rounds)
                     metrics.update(rollout_metrics(result, len(prompt_uids), full_reward=self.xrpo.full_reward))
 
                     # -------- 3. fit the ragged batch to verl's data-parallel / mini-batch multiples
