@@ -140,3 +140,22 @@ def test_the_circle_check_sees_lazy_and_type_checking_imports(tmp_path):
     assert import_circles(graph) == [["xrpo.rollout.a", "xrpo.rollout.b", "xrpo.rollout.c"]]
     (pkg / "rollout" / "c.py").write_text("")
     assert import_circles(module_graph(pkg)) == []
+
+
+def private_imports(root: Path = ROOT) -> list[str]:
+    """``from xrpo.<module> import _name`` anywhere under ``root``: a private name used outside its module (dunders
+    such as ``__version__`` are public)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("xrpo"):
+                private = [a.name for a in node.names if a.name[0] == "_" and a.name[:2] != "__"]
+                out += [f"{path.relative_to(root.parent)}: {node.module}.{name}" for name in private]
+    return out
+
+
+def test_no_private_names_imported_across_modules(tmp_path):
+    assert not private_imports(), "make them public or keep them in their module: " + "; ".join(private_imports())
+    (tmp_path / "xrpo").mkdir()
+    (tmp_path / "xrpo" / "m.py").write_text("def f():\n    from xrpo.rollout.planner import _is_nonuniform\n")
+    assert private_imports(tmp_path / "xrpo") == ["xrpo/m.py: xrpo.rollout.planner._is_nonuniform"]

@@ -415,7 +415,7 @@ def plan_result(batch, prompt_uids: Sequence, rounds: list[dict], tokenizer, ful
     ``rollout_metrics`` and ``xrpo.rollout.corpus.update_corpus``. Only correct rollouts are decoded (the corpus
     stores their text)."""
     from xrpo.data import Problem
-    from xrpo.integrations.verl.reward import _reference
+    from xrpo.integrations.verl.reward import reference_answer
     from xrpo.rollout.records import PlanResult, RolloutRecord
 
     nt = batch.non_tensor_batch
@@ -434,7 +434,7 @@ def plan_result(batch, prompt_uids: Sequence, rounds: list[dict], tokenizer, ful
             problems[q] = Problem(
                 id=problem_id(nt["extra_info"][i], raw),
                 prompt=copy.deepcopy(raw),
-                answer=_reference(gt, nt["data_source"][i], nt["extra_info"][i]),
+                answer=reference_answer(gt, nt["data_source"][i], nt["extra_info"][i]),
             )
         ids = batch.batch["responses"][i][mask[i].bool()].tolist()
         reward = float(rewards[i])
