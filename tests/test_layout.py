@@ -48,6 +48,10 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "the simulator's core, tested where it was written (before it moved out of xrpo.algo.simulate) and against "
         "the planner on the same rewards",
     ),
+    "xrpo/sim/rates.py": (
+        ("tests/sim/test_runner.py",),
+        "the success rates of --dist and --rounds-file, tested through the runner that draws from them",
+    ),
     "xrpo/sim/latency.py": (
         ("tests/algo/test_simulate.py",),
         "the latency models, tested with the rest of the simulator's core",
