@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xrpo.algo.simulate import step_latency
+from xrpo.sim.latency import step_latency
 from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 from xrpo.trainer.setup import build_engine

@@ -4,7 +4,7 @@ The target: XRPO's share of rollouts with a non-zero advantage at least 1.20x GR
 criteria that bear on it: held-out pass@1 (the mean success rate) between 0.25 and 0.5, and at most half of the
 groups with zero reward variance at the start of training. This script walks a grid of success-rate distributions
 (w0 * 0 + w1 * 1 + (1 - w0 - w1) * Beta(a, b): never-solved, always-solved and graded prompts), keeps those that meet
-both criteria exactly (:func:`xrpo.algo.simulate.mixture_moment`, :func:`mixture_zero_variance_share`; the zero-
+both criteria exactly (:func:`xrpo.sim.model.mixture_moment`, :func:`mixture_zero_variance_share`; the zero-
 variance share at GRPO's group size, rollouts / prompts, and reported at n_base too), and runs `xrpo simulate` on
 each, with the `xrpo` preset's planning knobs (n_base 4, 2 rounds, alpha 0.05, lambda 0.1, as the paper): HRP
 proportional (XRPO's planner), HRP greedy, CurES and the best allocation in hindsight against uniform (GRPO), then
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from xrpo.algo.simulate import mixture_moment, mixture_zero_variance_share
+from xrpo.sim.model import mixture_moment, mixture_zero_variance_share
 from xrpo.sim.runner import SimConfig, parse_mixture, simulate
 
 TARGET = 1.20

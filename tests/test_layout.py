@@ -43,6 +43,31 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/eval/test_report.py",),
         "the PNGs are written by xrpo report / eval, whose tests open them",
     ),
+    "xrpo/rollout/records.py": (
+        ("tests/rollout/test_planner.py", "tests/rollout/test_sources.py"),
+        "the record types and rounds.jsonl's row: built by the planner and the sources, whose tests read them",
+    ),
+    "xrpo/rollout/step.py": (
+        ("tests/rollout/test_planner.py", "tests/rollout/test_streaming.py"),
+        "a step's rollouts as they arrive: driven by the rounds and streaming schedules, tested through both",
+    ),
+    "xrpo/sim/model.py": (
+        ("tests/algo/test_simulate.py", "tests/rollout/test_planner.py"),
+        "the simulator's core, tested where it was written (before it moved out of xrpo.algo.simulate) and against "
+        "the planner on the same rewards",
+    ),
+    "xrpo/sim/rates.py": (
+        ("tests/sim/test_runner.py",),
+        "the success rates of --dist and --rounds-file, tested through the runner that draws from them",
+    ),
+    "xrpo/sim/latency.py": (
+        ("tests/algo/test_simulate.py",),
+        "the latency models, tested with the rest of the simulator's core",
+    ),
+    "xrpo/algo/signal.py": (
+        ("tests/algo/test_simulate.py", "tests/sim/test_runner.py"),
+        "the expected signal and the best fixed allocation, tested with the simulator's oracles",
+    ),
     "xrpo/sim/plots.py": (
         ("tests/sim/test_runner.py", "tests/test_cli_simulate.py"),
         "the simulator's PNGs, written by its runner and CLI",

@@ -1,6 +1,7 @@
-"""Tests of xrpo.algo.simulate (the allocation simulator's core): hand-computed expectations (exact, by enumerating
-every reward sequence through the real step functions), the best fixed allocation against brute force, budgets,
-determinism, CurES / DAPO against the trainer's own components, and the paper's latency model."""
+"""Tests of the allocation simulator's core (xrpo.sim.model, xrpo.sim.latency, xrpo.algo.signal, the intervals of
+xrpo.algo.simulate): hand-computed expectations (exact, by enumerating every reward sequence through the real step
+functions), the best fixed allocation against brute force, budgets, determinism, CurES / DAPO against the trainer's
+own components, and the paper's latency model."""
 
 from __future__ import annotations
 
@@ -12,32 +13,37 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from xrpo.algo.allocation import split_budget
-from xrpo.algo.simulate import (
+from xrpo.algo.rounds import cures_select
+from xrpo.algo.rounds import one_batch_counts as uniform_counts
+from xrpo.algo.signal import (
+    best_fixed_allocation,
+    expected_informative_rollouts,
+    nonzero_variance_prob,
+    oracle_allocation,
+)
+from xrpo.algo.stats import mean_ci
+from xrpo.sim.latency import latency_ratio, phase_latency, round_latency, step_latency, stream_latency
+from xrpo.sim.model import (
     StepOutcome,
     bernoulli_draw,
-    best_fixed_allocation,
-    cures_allocation,
     dapo_step,
-    expected_informative_rollouts,
     fit_success_rate_mixture,
     fixed_outcome,
     icl_success_prob,
-    latency_ratio,
     mixture_moment,
     mixture_zero_variance_share,
-    nonzero_variance_prob,
-    oracle_allocation,
     outcome_from_phased,
-    phase_latency,
     phased_step,
-    round_latency,
     sample_mixture,
-    step_latency,
     step_metrics,
-    stream_latency,
-    uniform_counts,
 )
-from xrpo.algo.stats import mean_ci
+
+
+def cures_allocation(*args, **kwargs):
+    """CurES's prompts and counts (`cures_select` without the distribution they were drawn from)."""
+    pick = cures_select(*args, **kwargs)
+    return pick.idx, pick.counts
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # exact expectations by enumeration

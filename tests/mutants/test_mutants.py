@@ -34,6 +34,7 @@ def test_every_mutant_still_applies_to_the_code_and_compiles():
             (
                 "xrpo/algo/",
                 "xrpo/rollout/planner.py",
+                "xrpo/rollout/step.py",
                 "xrpo/rollout/sources.py",
                 "xrpo/rollout/advantages.py",
                 "xrpo/rollout/corpus.py",

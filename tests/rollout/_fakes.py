@@ -91,7 +91,7 @@ SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=8)
 
 
 def record(q: int, reward: float, text: str, seeded: bool = False, lps=(-0.5,), gen=(1,), train=(1,)):
-    from xrpo.rollout.planner import RolloutRecord
+    from xrpo.rollout.records import RolloutRecord
 
     return RolloutRecord(
         problem_index=q,
@@ -109,10 +109,26 @@ def record(q: int, reward: float, text: str, seeded: bool = False, lps=(-0.5,), 
 
 
 def result(records):
-    from xrpo.rollout.planner import PlanResult
+    from xrpo.rollout.records import PlanResult
 
     return PlanResult(
         records=records,
         rewards=np.array([x.reward for x in records]),
         group_ids=np.array([x.group_id for x in records]),
     )
+
+
+def plan_rollouts(problems, engine, verifier, renderer, cfg, sampling, *, corpus=None, step: int = 0):
+    """Algorithm 1 in full, as the trainer runs it with the engine's log-probs for s(y): rollouts, advantages (set on
+    the result, their metrics added), corpus update."""
+    from xrpo.rollout.advantages import compute_advantages
+    from xrpo.rollout.corpus import update_corpus
+    from xrpo.rollout.planner import generate_rollouts
+
+    result = generate_rollouts(problems, engine, verifier, renderer, cfg, sampling, corpus=corpus)
+    result.advantages, metrics = compute_advantages(result, cfg)
+    result.metrics.update(metrics)
+    if cfg.icl and corpus is not None:
+        result.metrics.update(update_corpus(result, problems, corpus, cfg, step))
+        result.metrics["icl/corpus_problems"] = float(len(corpus))
+    return result

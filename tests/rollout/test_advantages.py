@@ -8,7 +8,8 @@ import pytest
 
 from xrpo.algo.advantages import group_advantages
 from xrpo.rollout.advantages import compute_advantages
-from xrpo.rollout.planner import PlanConfig, generate_rollouts
+from xrpo.rollout.planner import generate_rollouts
+from xrpo.rollout.records import PlanConfig
 
 from ._fakes import SAMPLING, ScriptedPolicy, problems_and_rates, renderer
 from ._fakes import record as _record
@@ -21,8 +22,9 @@ def test_sharpening_uses_given_logprobs(verifier):
     res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
     # equal log-probs everywhere -> eta = 1 for all -> no bonus
     flat = [[-0.5] * len(x.completion_ids) for x in res.records]
-    compute_advantages(res, cfg, token_logprobs=flat)
-    np.testing.assert_allclose(res.advantages, group_advantages(res.rewards, res.group_ids))
+    adv, _ = compute_advantages(res, cfg, token_logprobs=flat)
+    np.testing.assert_allclose(adv, group_advantages(res.rewards, res.group_ids))
+    assert res.advantages is None  # returned, not written into the plan
     with pytest.raises(ValueError, match="rows"):
         compute_advantages(res, cfg, token_logprobs=flat[:-1])
 
@@ -55,17 +57,16 @@ def test_icl_novelty_chooses_the_prompt_seeded_rollouts_are_scored_under():
         res = _result(
             [_record(x.problem_index, x.reward, x.text, x.seeded, x.logprobs, x.gen_prompt_ids) for x in recs]
         )
-        compute_advantages(res, PlanConfig(icl_novelty=mode), token_logprobs=train_lp)
-        got[mode] = res
-    np.testing.assert_array_equal(got["train"].advantages, expect(train_lp))
-    np.testing.assert_array_equal(got["sample"].advantages, expect(train_lp[:2] + gen_lp[2:]))
-    np.testing.assert_array_equal(got["exclude"].advantages, expect(train_lp, keep=np.array([1, 1, 0, 0], bool)))
+        got[mode] = compute_advantages(res, PlanConfig(icl_novelty=mode), token_logprobs=train_lp)
+    np.testing.assert_array_equal(got["train"][0], expect(train_lp))
+    np.testing.assert_array_equal(got["sample"][0], expect(train_lp[:2] + gen_lp[2:]))
+    np.testing.assert_array_equal(got["exclude"][0], expect(train_lp, keep=np.array([1, 1, 0, 0], bool)))
     # under the plain prompt the seeded rollouts look novel and take the bonus; scored where they were sampled, or
     # left out, they do not
-    assert got["train"].metrics["adv/sharpened_seeded_count"] == 2
-    assert got["sample"].metrics["adv/sharpened_seeded_count"] == 0
-    assert got["exclude"].metrics["adv/sharpened_seeded_count"] == 0
-    assert got["exclude"].advantages[2] == got["exclude"].advantages[3] == base[2]
-    assert all(r.metrics["adv/sharpen_eligible_seeded"] == 2 for r in got.values())
+    assert got["train"][1]["adv/sharpened_seeded_count"] == 2
+    assert got["sample"][1]["adv/sharpened_seeded_count"] == 0
+    assert got["exclude"][1]["adv/sharpened_seeded_count"] == 0
+    assert got["exclude"][0][2] == got["exclude"][0][3] == base[2]
+    assert all(m["adv/sharpen_eligible_seeded"] == 2 for _, m in got.values())
     with pytest.raises(ValueError, match="icl_novelty must be one of"):
         PlanConfig(icl_novelty="both")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xrpo.icl import ICLCorpus, get_embedder
 from xrpo.rollout.corpus import update_corpus
-from xrpo.rollout.planner import PlanConfig
+from xrpo.rollout.records import PlanConfig
 
 from ._fakes import problems_and_rates
 from ._fakes import record as _record

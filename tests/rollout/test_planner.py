@@ -13,10 +13,19 @@ from xrpo.algo.advantages import group_advantages
 from xrpo.data import Problem
 from xrpo.icl import ICLCorpus, get_embedder
 from xrpo.rollout.engine import SamplingParams
-from xrpo.rollout.planner import PlanConfig, generate_rollouts, plan_rollouts
+from xrpo.rollout.planner import generate_rollouts
 from xrpo.rollout.prompts import PromptRenderer
+from xrpo.rollout.records import PlanConfig
 
-from ._fakes import SAMPLING, CharTokenizer, ScriptedPolicy, char_rollout, problems_and_rates, renderer
+from ._fakes import (
+    SAMPLING,
+    CharTokenizer,
+    ScriptedPolicy,
+    char_rollout,
+    plan_rollouts,
+    problems_and_rates,
+    renderer,
+)
 from ._fakes import record as _record
 from ._fakes import result as _result
 
@@ -330,7 +339,7 @@ def test_fixed_counts_bad_input(verifier):
 
 
 def test_solved_prompt_frac_counts_rewards_at_or_above_full_reward():
-    from xrpo.rollout.planner import rollout_metrics
+    from xrpo.rollout.step import rollout_metrics
 
     res = _result([_record(0, 0.7, "a"), _record(0, 0.0, "b"), _record(1, 0.4, "c"), _record(1, 0.4, "d")])
     res.rounds = [{"round": 0, "alloc": [2, 2], "seeded": [], "flips": 0, "truncated": 0}]
@@ -382,7 +391,7 @@ def test_truncated_and_dropped_examples_mean_the_same_in_both_icl_styles():
 )
 @pytest.mark.parametrize("seed", range(3))
 def test_simulator_allocation_equals_the_planners_on_the_same_rewards(verifier, allocation, mode, icl, cap, seed):
-    from xrpo.algo.simulate import phased_step
+    from xrpo.sim.model import phased_step
 
     probs = [Problem(id=f"p{i}", prompt=f"{i} + {i} = ?", answer=str(2 * i)) for i in range(12)]
     rng = np.random.default_rng(seed)

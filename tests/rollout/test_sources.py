@@ -8,7 +8,7 @@ import pytest
 
 from xrpo.data import Problem
 from xrpo.rollout import sources
-from xrpo.rollout.planner import PlanConfig, PlanResult, RolloutRecord
+from xrpo.rollout.records import PlanConfig, PlanResult, RolloutRecord
 from xrpo.rollout.sources import (
     CuresSource,
     DynamicSampling,

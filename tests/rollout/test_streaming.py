@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from xrpo.rollout.engine import BatchStream, Rollout, SamplingParams, StreamingEngine, as_stream
-from xrpo.rollout.planner import PlanConfig, generate_rollouts
+from xrpo.rollout.planner import generate_rollouts
+from xrpo.rollout.records import PlanConfig
 from xrpo.rollout.streaming import quorum_size
 
 from ._fakes import ScriptedPolicy, char_rollout, problems_and_rates, renderer

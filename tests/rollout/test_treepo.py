@@ -18,8 +18,8 @@ from xrpo.rewards import get_verifier
 from xrpo.rollout.advantages import compute_advantages, tree_ancestor_ids
 from xrpo.rollout.engine import Rollout, SamplingParams
 from xrpo.rollout.hf_engine import HFEngine
-from xrpo.rollout.planner import PlanConfig, RolloutRecord
 from xrpo.rollout.prompts import PromptRenderer
+from xrpo.rollout.records import PlanConfig, RolloutRecord
 from xrpo.rollout.treepo import TreeConfig, generate_tree_rollouts
 
 PROBLEMS = [Problem(id=f"p{i}", prompt=f"{i} + {3 * i} = ?", answer=str(4 * i)) for i in range(5)]
@@ -388,9 +388,9 @@ def test_tree_advantage_through_the_planner(tiny_tokenizer, eos_prone_model, ren
     for i, r in enumerate(rows):
         mat[i, : len(r)] = r
     want, _ = tree_advantages(res.rewards, mat)
-    compute_advantages(res, PlanConfig(tree_advantage=True, adv_scale="none", sharpen=False, icl=False))
-    np.testing.assert_allclose(res.advantages, want, rtol=1e-12)
-    assert np.any(res.advantages != 0) and "adv/tree_subgroups_mean" in res.metrics
+    adv, metrics = compute_advantages(res, PlanConfig(tree_advantage=True, adv_scale="none", sharpen=False, icl=False))
+    np.testing.assert_allclose(adv, want, rtol=1e-12)
+    assert np.any(adv != 0) and "adv/tree_subgroups_mean" in metrics
     with pytest.raises(ValueError, match="config field sharpen must be false with tree_advantage=true"):
         PlanConfig(tree_advantage=True, sharpen=True)
 

@@ -8,12 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from xrpo.algo.simulate import (
-    expected_informative_rollouts,
-    mixture_zero_variance_share,
-    nonzero_variance_prob,
-    uniform_counts,
-)
+from xrpo.algo.rounds import one_batch_counts as uniform_counts
+from xrpo.algo.signal import expected_informative_rollouts, nonzero_variance_prob
+from xrpo.sim.model import mixture_zero_variance_share
 from xrpo.sim.runner import (
     SIM_METHODS,
     SimConfig,

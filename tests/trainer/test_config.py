@@ -40,7 +40,7 @@ def test_presets_set_every_method_knob_and_overrides_win():
 def test_knobs_are_declared_once_and_embedded_as_they_are():
     # the trainer, the planner and TreePO's sampler hold the sections of xrpo.algo.config, not copies
     from xrpo.algo import config as knobs
-    from xrpo.rollout.planner import PlanConfig
+    from xrpo.rollout.records import PlanConfig
     from xrpo.rollout.sources import SourceContext, TreeSource
     from xrpo.rollout.treepo import TreeConfig
     from xrpo.trainer.config import RolloutConfig
@@ -177,7 +177,7 @@ def test_bad_values_name_the_field(override, match):
 
 
 def test_alpha_below_one_half_is_accepted_everywhere_it_is_configured():
-    from xrpo.rollout.planner import PlanConfig
+    from xrpo.rollout.records import PlanConfig
 
     assert build_config(None, ["method.alpha=0.49"]).method.alpha == 0.49
     assert PlanConfig(alpha=0.1).alpha == 0.1

@@ -56,7 +56,7 @@ def test_treepo_sampling_trains_with_grpo_advantages(trainer_env, tmp_path, monk
 
     def spy(plan, pcfg, **kwargs):
         out = real(plan, pcfg, **kwargs)
-        seen.append((pcfg, list(plan.records), plan.rewards.copy(), plan.group_ids.copy(), plan.advantages.copy()))
+        seen.append((pcfg, list(plan.records), plan.rewards.copy(), plan.group_ids.copy(), out[0].copy()))
         return out
 
     monkeypatch.setattr(sources, "compute_advantages", spy)

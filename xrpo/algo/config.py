@@ -18,14 +18,15 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from xrpo.algo.allocation import check_significance
+from xrpo.algo.advantages import ADV_SCALES
+from xrpo.algo.allocation import ALLOC_MODES, check_significance
 from xrpo.algo.losses import AGG_MODES as LOSS_AGGS
 from xrpo.algo.losses import KL_ESTIMATORS
+from xrpo.algo.rounds import allocator_names
 from xrpo.algo.tree import DIVERGENCE_POLICIES as TREE_DIVERGENCES
 
 __all__ = [
     "ADV_SCALES",
-    "ALLOCATIONS",
     "ALLOC_MODES",
     "AdvantageConfig",
     "AllocationConfig",
@@ -51,9 +52,6 @@ __all__ = [
     "section_values",
 ]
 
-ADV_SCALES = ("std", "none")
-ALLOCATIONS = ("hrp", "uniform", "cures")
-ALLOC_MODES = ("proportional", "greedy")
 ICL_TRAIN_PROMPTS = ("original", "icl")
 ICL_NOVELTY = ("train", "sample", "exclude")
 SAMPLERS = ("independent", "tree")
@@ -319,7 +317,7 @@ def _advantage(o: Any, where: str) -> None:
 
 
 def _allocation(o: Any, where: str) -> None:
-    _check_choice(o, where, "allocation", ALLOCATIONS)
+    _check_choice(o, where, "allocation", allocator_names())  # the registry of xrpo.algo.rounds
     _check_int(o, where, "n_base", 2, " (the t quantile needs n >= 2)")
     _check_int(o, where, "plan_rounds", 0)
     check_significance(o.alpha, f"config field {where}alpha")

@@ -11,7 +11,8 @@ import numpy as np
 from xrpo.algo.passk import mean_pass_at_k
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot with the Agg backend (the `plot` extra); a clear error without it."""
     try:
         import matplotlib
     except ImportError:
@@ -22,7 +23,8 @@ def _plt():
     return plt
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` to ``path`` (PNG, atomically: a killed run leaves no half file) and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.png")
@@ -38,7 +40,7 @@ def _save(fig, path: Path) -> Path:
 def plot_pass_at_k(results: Mapping, path: Path) -> Path:
     """pass@k against k (1..n, log scale) per dataset and on average, from the per-problem counts; the k the user
     asked for are marked."""
-    plt = _plt()
+    plt = pyplot()
     n = int(results["n"])
     ks_all = list(range(1, n + 1))
     marked = set(results["ks"])
@@ -65,12 +67,12 @@ def plot_pass_at_k(results: Mapping, path: Path) -> Path:
     ax.set_title(f"pass@k, n = {n} samples per problem")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_lengths(results: Mapping, path: Path) -> Path:
     """Histogram of response lengths (tokens) per dataset; the max_new_tokens limit is drawn as a line."""
-    plt = _plt()
+    plt = pyplot()
     limit = results["settings"]["max_new_tokens"]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     bins = np.linspace(0, limit + 1, min(60, limit + 2))
@@ -83,7 +85,7 @@ def plot_lengths(results: Mapping, path: Path) -> Path:
     ax.set_ylabel("samples")
     ax.set_title("Response lengths")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_lines(
@@ -96,7 +98,7 @@ def plot_lines(
     smooth: int = 0,
 ) -> Path:
     """One line per series ``{label: (x, y)}``; ``smooth`` > 1 adds a moving average of that window."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for label, (x, y) in series.items():
         (line,) = ax.plot(
@@ -120,12 +122,12 @@ def plot_lines(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_histograms(groups: Mapping[str, Sequence[float]], path: Path, *, title: str, xlabel: str) -> Path:
     """One panel per group, integer bins (allocation counts)."""
-    plt = _plt()
+    plt = pyplot()
     k = max(len(groups), 1)
     fig, axes = plt.subplots(1, k, figsize=(3.2 * k + 0.6, 3.4), squeeze=False)
     for ax, (label, values) in zip(axes[0], groups.items()):
@@ -136,14 +138,14 @@ def plot_histograms(groups: Mapping[str, Sequence[float]], path: Path, *, title:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("(prompt, step) pairs")
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_stacked(
     x: Sequence[float], parts: Mapping[str, Sequence[float]], path: Path, *, title: str, ylabel: str
 ) -> Path:
     """Stacked bars: one bar per x, one segment per part."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     bottom = np.zeros(len(x))
     for label, ys in parts.items():
@@ -154,4 +156,4 @@ def plot_stacked(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return save_figure(fig, path)

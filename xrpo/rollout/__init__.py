@@ -15,8 +15,8 @@ from xrpo.rollout.engine import FINISH_REASONS, Rollout, RolloutEngine, Sampling
 _LAZY = {
     "HFEngine": "xrpo.rollout.hf_engine",
     "VLLMEngine": "xrpo.rollout.vllm_engine",
-    "plan_rollouts": "xrpo.rollout.planner",
-    "PlanResult": "xrpo.rollout.planner",
+    "generate_rollouts": "xrpo.rollout.planner",
+    "PlanResult": "xrpo.rollout.records",
     "generate_tree_rollouts": "xrpo.rollout.treepo",
     "TreeConfig": "xrpo.rollout.treepo",
 }

@@ -4,15 +4,12 @@ novelty sharpening, Eq. (6). Turns the rollout records of a plan into the arrays
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from xrpo.algo.advantages import get_advantage, length_normalized_loglik, sharpen_advantages
 from xrpo.algo.tree import TreeStructure
-
-if TYPE_CHECKING:
-    from xrpo.rollout.planner import PlanConfig, PlanResult, RolloutRecord
+from xrpo.rollout.records import PlanConfig, PlanResult, RolloutRecord
 
 __all__ = ["compute_advantages", "sequence_scores", "tree_ancestor_ids"]
 
@@ -53,9 +50,10 @@ def compute_advantages(
     cfg: PlanConfig,
     token_logprobs: Sequence[Sequence[float]] | None = None,
     sample_logprobs: Sequence[Sequence[float]] | None = None,
-) -> PlanResult:
+) -> tuple[np.ndarray, dict[str, float]]:
     """Algorithm 1 line 14: GRPO advantages by group id, then (if ``cfg.sharpen``) novelty sharpening, Eq. (6).
     With ``cfg.tree_advantage``: TreePO's tree advantage (+ its batch-wide normalisation when adv_scale="std").
+    Returns (advantages (N,) float64, one per record of ``result``; the adv/* metrics); ``result`` is not changed.
 
     s(y) of Eq. (4) comes from ``token_logprobs`` (the log-probs under each rollout's training prompt; default: the
     engine's). With ``cfg.icl_novelty == "sample"`` an ICL-seeded rollout trained under another prompt is scored with
@@ -97,6 +95,4 @@ def compute_advantages(
         # how ICL-seeded rollouts fare in sharpening (docs/methods.md, "Sharpening and ICL-seeded rollouts")
         metrics["adv/sharpen_eligible_seeded"] = float(np.sum(seeded & (result.rewards >= cfg.full_reward)))
         metrics["adv/sharpened_seeded_count"] = float(np.sum(seeded & (adv > before)))
-    result.advantages = np.asarray(adv, dtype=np.float64)
-    result.metrics.update(metrics)
-    return result
+    return np.asarray(adv, dtype=np.float64), metrics

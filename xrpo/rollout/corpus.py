@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from xrpo.data import Problem
-
-if TYPE_CHECKING:
-    from xrpo.rollout.planner import PlanConfig, PlanResult
+from xrpo.rollout.records import PlanConfig, PlanResult
 
 __all__ = ["update_corpus"]
 

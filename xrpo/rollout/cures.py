@@ -17,20 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xrpo.algo.cures import (
-    beta_posterior,
-    gradient_std,
-    normalized_entropy,
-    posterior_mean,
-    prompt_temperature,
-    rollout_counts,
-    sample_prompts,
-    sampling_probs,
-)
+from xrpo.algo.cures import beta_posterior, normalized_entropy, posterior_mean
+from xrpo.algo.rounds import cures_select
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
-from xrpo.rollout.planner import PlanConfig, generate_rollouts
+from xrpo.rollout.planner import generate_rollouts
 from xrpo.rollout.prompts import PromptRenderer
+from xrpo.rollout.records import PlanConfig
 
 
 @dataclass
@@ -74,13 +67,18 @@ class CuresState:
                 f"CurES draws {k} distinct prompts per step without replacement, but the training set "
                 f"has only {self.num_problems} problems (lower rollout.prompts_per_step)"
             )
-        alpha, beta = self.posterior()
-        p = posterior_mean(alpha, beta)
-        probs = sampling_probs(p, prompt_temperature(alpha, self.temp_scale))
-        idx = sample_prompts(probs, k, rng)
-        # G = 1 for every rollout: sigma_i = sqrt(p_i (1 - p_i)) (see docs/methods.md, CurES, "gradient norms")
-        sigma = gradient_std(p[idx])
-        counts = rollout_counts(sigma, budget, self.min_count)
+        c = cures_select(
+            self.successes,
+            self.trials,
+            k,
+            budget,
+            rng,
+            prior_alpha=self.prior_alpha,
+            prior_beta=self.prior_beta,
+            temp_scale=self.temp_scale,
+            min_count=self.min_count,
+        )
+        idx, counts, p, probs, sigma = c.idx, c.counts, c.p, c.probs, c.sigma
         metrics = {
             "cures/p_mean": float(p[idx].mean()),
             "cures/p_mean_all": float(p.mean()),

@@ -28,13 +28,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from xrpo.algo.config import CuresConfig, TreePOConfig, section_values
-from xrpo.algo.sampling import dynamic_sampling_keep_groups
+from xrpo.algo.rounds import get_allocator, refill_keep, refill_more
 from xrpo.data import Problem
 from xrpo.rollout import cures as cures_lib
 from xrpo.rollout.advantages import compute_advantages
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
-from xrpo.rollout.planner import PlanConfig, PlanResult, generate_rollouts, rollout_metrics
+from xrpo.rollout.planner import generate_rollouts
 from xrpo.rollout.prompts import PromptRenderer
+from xrpo.rollout.records import PlanConfig, PlanResult
+from xrpo.rollout.step import rollout_metrics
 from xrpo.rollout.treepo import TreeConfig, generate_tree_rollouts, merge_tree_metrics
 
 __all__ = [
@@ -135,9 +137,10 @@ def get_source(name: str) -> Callable[[SourceContext, Any], BatchSource]:
 
 
 def source_name(knobs: Any) -> str:
-    """The source a method's knobs ask for: CurES chooses its own prompts, TreePO grows trees, else the planner."""
-    if knobs.allocation == "cures":
-        return "cures"
+    """The source a method's knobs ask for: an allocator that selects the step's prompts (CurES) is the source of its
+    name, TreePO grows trees, else the planner."""
+    if get_allocator(knobs.allocation).selects_prompts:
+        return knobs.allocation
     return "tree" if knobs.sampler == "tree" else "planner"
 
 
@@ -154,10 +157,10 @@ def batch_advantages(
     cfg: PlanConfig,
     token_logprobs: Sequence[Sequence[float]],
     sample_logprobs: Sequence[Sequence[float]] | None = None,
-) -> dict[str, float]:
-    """Algorithm 1 line 14 on ``batch``: sets ``batch.plan.advantages``, returns the adv/* metrics."""
-    compute_advantages(batch.plan, cfg, token_logprobs=token_logprobs, sample_logprobs=sample_logprobs)
-    return {k: v for k, v in batch.plan.metrics.items() if k.startswith("adv/")}
+) -> tuple[np.ndarray, dict[str, float]]:
+    """Algorithm 1 line 14 on ``batch``: (advantages, one per rollout of ``batch.plan``; the adv/* metrics)."""
+    adv, metrics = compute_advantages(batch.plan, cfg, token_logprobs=token_logprobs, sample_logprobs=sample_logprobs)
+    return adv, {k: v for k, v in metrics.items() if k.startswith("adv/")}
 
 
 # -- prompts in epoch order -----------------------------------------------------------------------------------------
@@ -256,9 +259,9 @@ class DynamicSampling:
 
     def next_batch(self, step: int) -> Batch:
         parts, kept, gen_batches = [], 0, 0
-        while kept < self.prompts_per_step and gen_batches < self.max_gen_batches:
+        while refill_more(kept, self.prompts_per_step, gen_batches, self.max_gen_batches):
             b = self.inner.sample(step, gen_batches)
-            keep = dynamic_sampling_keep_groups(b.plan.rewards, b.plan.group_ids)[: self.prompts_per_step - kept]
+            keep = refill_keep(b.plan.rewards, b.plan.group_ids, kept, self.prompts_per_step)
             parts.append((b.problems, b.plan, keep))
             kept += len(keep)
             gen_batches += 1

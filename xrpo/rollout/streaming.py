@@ -52,8 +52,9 @@ import numpy as np
 from xrpo.algo.allocation import plan_phases, split_budget
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams, as_stream
-from xrpo.rollout.planner import PlanConfig, PlanResult, StepRollouts, round_sampling, wave_entry
 from xrpo.rollout.prompts import PromptRenderer
+from xrpo.rollout.records import PlanConfig, PlanResult
+from xrpo.rollout.step import StepRollouts, WavePlan, round_sampling
 
 __all__ = ["generate_rollouts_streaming", "quorum_size"]
 
@@ -88,7 +89,7 @@ def generate_rollouts_streaming(
     ready: list[list[int]] = [[] for _ in range(last + 1)]  # ready[t]: prompts waiting to be planned for round t
     held: list[int] = []  # planned with no extra rollouts: ready for their next round at the next wait
     in_flight: dict[tuple[int, int], tuple[int, bool]] = {}  # (prompt, round) -> (wave, seeded)
-    waves: list[dict] = []  # per wave: what `wave_entry` needs
+    waves: list[tuple[WavePlan, dict]] = []  # per wave: its plan, and when it was planned
     waits = 0
     planned_for = [0] * (last + 1)  # planned_for[t]: prompts planned for round t so far
 
@@ -108,16 +109,12 @@ def generate_rollouts_streaming(
                 if t < last:
                     ready[t + 1].append(q)
             return
-        alloc = step.allocate(members, budget)
-        prompts, seeded, truncated, dropped = step.prompts_for(members, alloc)
+        w = step.plan(members, budget)
         wave = len(waves) + 1
-        waves.append(
-            dict(members=members, alloc=alloc, seeded=seeded, truncated=truncated, dropped=dropped, budget=budget)
-        )
-        waves[-1].update(stage=t, wait=waits, in_flight=len(in_flight))
+        waves.append((w, dict(members=members, stage=t, wait=waits, in_flight=len(in_flight))))
         for j, q in enumerate(members):
-            if alloc[j] > 0:
-                submit((q, t), prompts[j], int(alloc[j]), wave, seeded[j])
+            if w.alloc[j] > 0:
+                submit((q, t), w.prompts[j], int(w.alloc[j]), wave, w.seeded[j])
             else:
                 held.append(q)
 
@@ -156,10 +153,6 @@ def generate_rollouts_streaming(
     for x in step.records:
         by_wave[x.round].append(x)
     rounds = [step.entry(0, [cfg.n_base] * P, by_wave[0])]
-    for i, w in enumerate(waves, start=1):
-        entry = wave_entry(
-            step, i, w["members"], w["alloc"], w["seeded"], by_wave[i], w["truncated"], w["dropped"], w["budget"]
-        )
-        entry.update(members=w["members"], stage=w["stage"], wait=w["wait"], in_flight=w["in_flight"])
-        rounds.append(entry)
+    for i, (w, when) in enumerate(waves, start=1):
+        rounds.append({**step.wave_entry(i, w, by_wave[i]), **when})
     return step.result(rounds)

@@ -46,8 +46,9 @@ from xrpo.algo.config import TreePOConfig, check_knobs
 from xrpo.algo.tree import branch_budget, divergence_weights, divide_width
 from xrpo.data import Problem
 from xrpo.rollout.engine import Rollout, SamplingParams, cut_at_stop
-from xrpo.rollout.planner import PlanResult, RolloutRecord, rollout_metrics
 from xrpo.rollout.prompts import PromptRenderer
+from xrpo.rollout.records import PlanResult, RolloutRecord
+from xrpo.rollout.step import rollout_metrics
 
 __all__ = ["TreeConfig", "TreeNode", "SampledTree", "generate_tree_rollouts", "merge_tree_metrics"]
 

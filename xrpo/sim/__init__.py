@@ -1,14 +1,15 @@
 """`xrpo simulate`: the allocation simulator (issue #19): how each allocation rule turns a step's rollout budget into
-GRPO signal, from success-rate distributions alone (no model). The math is in `xrpo.algo.simulate`; this package
-holds the options, the distributions, the reader of a run's rounds.jsonl, the tables and the plots."""
+GRPO signal, from success-rate distributions alone (no model). The rules are the round planner's
+(`xrpo.algo.rounds`); this package holds what a simulator owns: the model of a step (`model`: success-rate
+distributions, reward draws, outcomes), the latency models (`latency`), the --dist language and the rates measured in
+a run (`rates`), the options and the tables (`runner`) and the plots (`plots`)."""
 
+from xrpo.sim.rates import parse_mixture, read_rounds_rates
 from xrpo.sim.runner import (
     DEFAULT_DIST,
     SIM_METHODS,
     SimConfig,
     markdown_table,
-    parse_mixture,
-    read_rounds_rates,
     register_sim_method,
     run_cli,
     simulate,

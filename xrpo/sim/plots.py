@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from xrpo.algo.allocation import plan_phases
-from xrpo.algo.simulate import latency_ratio, phase_latency
-from xrpo.eval.plots import _plt, _save
+from xrpo.eval.plots import pyplot, save_figure
+from xrpo.sim.latency import latency_ratio, phase_latency
 
 
 def plot_methods(result: dict, path: Path) -> Path:
     """Per method: where a step's rollouts went (informative / in all-equal groups / informative but dropped by DAPO's
     quota), non-zero-gradient groups per step, and the squared error of each prompt's mean-reward estimate; 95%
     intervals as error bars."""
-    plt = _plt()
+    plt = pyplot()
     methods = list(result["methods"])
     R = result["methods"]
     x = np.arange(len(methods))
@@ -50,13 +50,13 @@ def plot_methods(result: dict, path: Path) -> Path:
         f"lambda {c['lam']:g}, {c['steps']} steps",
         fontsize=10,
     )
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_latency(cfg, path: Path) -> Path:
     """T2 / T1 against engine concurrency m_p: the paper's closed form for the step's N and for N / 4 and 4 N
     (lines), and the ceiling model of the config's own rounds (markers)."""
-    plt = _plt()
+    plt = pyplot()
     phases = plan_phases(cfg.prompts, cfg.rollouts, cfg.n_base, cfg.rounds)
     sizes = [phases.base_per_prompt * cfg.prompts, *phases.round_budgets]
     n = len([s for s in sizes if s > 0])
@@ -75,13 +75,13 @@ def plot_latency(cfg, path: Path) -> Path:
     ax.set_title(f"latency of {n} generation rounds vs one batch (dt = {cfg.dt:g} t0)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_sweep(sw: dict, path: Path) -> Path:
     """Each method against uniform (ratio of means, 95% interval) over the swept values: informative rollouts and
     non-zero-gradient groups, both per rollout generated (at equal budget: per step)."""
-    plt = _plt()
+    plt = pyplot()
     values = [str(v) for v in sw["values"]]
     x = np.arange(len(values))
     methods = [m for m in sw["runs"][0]["methods"] if m != "uniform"]
@@ -113,4 +113,4 @@ def plot_sweep(sw: dict, path: Path) -> Path:
         ax.set_title(title)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

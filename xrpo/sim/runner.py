@@ -8,8 +8,9 @@ Top to bottom:
                  measured in a training run's rounds.jsonl (:func:`read_rounds_counts`): a mixture fitted to them
                  by maximum likelihood, or their raw rates.
     2. methods   every method allocates the same step (same prompts; its own reward draws) through the library's
-                 own functions (``xrpo.algo.simulate``); a small registry maps names to them (:data:`SIM_METHODS`).
-    3. figures   per step ``xrpo.algo.simulate.step_metrics``; over ``steps`` steps the mean and its 95% interval,
+                 own rules (the round planner ``xrpo.algo.rounds``, stepped by ``xrpo.sim.model``); a small
+                 registry maps names to them (:data:`SIM_METHODS`).
+    3. figures   per step ``xrpo.sim.model.step_metrics``; over ``steps`` steps the mean and its 95% interval,
                  and each method against uniform as a ratio of means with a paired (delta-method) interval.
     4. latency   the paper's latency model of rounds (appendix "Latency Analysis") for each engine concurrency.
     5. outputs   a Markdown table (printed; simulate.md), simulate.json, and with matplotlib (the `plot` extra)
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -35,28 +35,24 @@ from typing import Any
 import numpy as np
 
 from xrpo.algo.allocation import plan_phases
-from xrpo.algo.simulate import (
+from xrpo.algo.rounds import cures_select, one_batch_counts
+from xrpo.algo.signal import nonzero_variance_prob, oracle_allocation
+from xrpo.algo.stats import mean_ci, ratio_ci
+from xrpo.sim.latency import latency_ratio, phase_latency, round_latency, stream_latency
+from xrpo.sim.model import (
     StepOutcome,
     bernoulli_draw,
-    cures_allocation,
     dapo_step,
     fit_success_rate_mixture,
     fixed_outcome,
     icl_success_prob,
-    latency_ratio,
     mixture_zero_variance_share,
-    nonzero_variance_prob,
-    oracle_allocation,
     outcome_from_phased,
-    phase_latency,
     phased_step,
-    round_latency,
     sample_mixture,
     step_metrics,
-    stream_latency,
-    uniform_counts,
 )
-from xrpo.algo.stats import mean_ci, ratio_ci
+from xrpo.sim.rates import parse_mixture, parse_steps, read_rounds_counts, read_rounds_rates
 
 __all__ = [
     "DEFAULT_DIST",
@@ -259,201 +255,7 @@ class SimConfig:
         if self.rounds_steps is not None and self.rounds_file is None:
             raise ValueError("rounds_steps selects steps of rounds_file, which is not given")
         parse_mixture(self.dist if self.dist is not None else DEFAULT_DIST)  # a bad spec fails here, named
-        _parse_steps(self.rounds_steps)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# success-rate distributions
-# ---------------------------------------------------------------------------------------------------------------
-
-_NUM = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
-_COMPONENT = re.compile(rf"^(?:({_NUM})\s*\*\s*)?(?:beta\(\s*({_NUM})\s*,\s*({_NUM})\s*\)|({_NUM}))$")
-
-
-def parse_mixture(spec: str) -> tuple[list[float], list]:
-    """Parse 'W*beta(a,b) + W*x + ...' into (weights, components) for ``xrpo.algo.simulate.sample_mixture``.
-
-    Raises ValueError naming the option (dist) and the offending component.
-    """
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"dist must be a mixture such as '0.3*0 + 0.7*beta(1,3)', got {spec!r}")
-    parts = [s.strip() for s in spec.split("+")]
-    weights, comps = [], []
-    for i, part in enumerate(parts):
-        m = _COMPONENT.match(part.replace(" ", ""))
-        if not m:
-            raise ValueError(f"dist: component {i + 1} {part!r} is not 'W*beta(a,b)' or 'W*x' (x a rate in [0, 1])")
-        w, a, b, x = m.groups()
-        if w is None and len(parts) > 1:
-            raise ValueError(
-                f"dist: component {i + 1} {part!r} needs a weight 'W*' (the mixture has {len(parts)} components)"
-            )
-        weights.append(1.0 if w is None else float(w))
-        if x is not None:
-            if not 0.0 <= float(x) <= 1.0:
-                raise ValueError(f"dist: component {i + 1} {part!r}: a fixed success rate must lie in [0, 1]")
-            comps.append(float(x))
-        else:
-            if float(a) <= 0 or float(b) <= 0:
-                raise ValueError(f"dist: component {i + 1} {part!r}: Beta parameters must be > 0")
-            comps.append((float(a), float(b)))
-    if abs(sum(weights) - 1.0) > 1e-9:
-        raise ValueError(f"dist: weights must sum to 1, got {' + '.join(f'{w:g}' for w in weights)} = {sum(weights):g}")
-    return weights, comps
-
-
-def _parse_steps(spec: str | None) -> tuple[int | None, int | None]:
-    if spec is None:
-        return None, None
-    m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", str(spec))
-    if not m:
-        raise ValueError(f"rounds_steps must be 'A:B' (inclusive step numbers, either may be empty), got {spec!r}")
-    lo, hi = (int(g) if g else None for g in m.groups())
-    if lo is not None and hi is not None and lo > hi:
-        raise ValueError(f"rounds_steps: first step {lo} is after last step {hi}")
-    return lo, hi
-
-
-def read_rounds_rates(path, steps: str | None = None) -> tuple[np.ndarray, dict]:
-    """Each problem's measured success rate k / n (see :func:`read_rounds_counts`), ordered by problem id."""
-    wins, trials, info = read_rounds_counts(path, steps)
-    return wins / trials, info
-
-
-def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Each problem's success rate measured in a training run: its correct rollouts over its rollouts, pooled over
-    every round (and generation batch) of the selected steps of rounds.jsonl. Rollouts a round drew from a prompt's
-    ICL prompt (its index in ``seeded``) are left out: they measure the ICL prompt, not the plain one.
-
-    A step logged twice (a resumed run redoing it) counts once, its last block of rows; a partial line left by a
-    killed run is skipped (counted in "unreadable_lines"). Rows need ``step``, ``alloc``,
-    ``problems`` and ``successes``; runs written before xrpo recorded the last two hold only counts, seeded prompts
-    and flips, from which no per-prompt rate can be recovered: they are refused with that reason.
-
-    Returns:
-        (successes (K,), rollouts (K,)) as float64, one entry per problem with at least one rollout, ordered by
-        problem id; info dict with "problems", "rollouts", "steps", "rollouts_per_problem_median",
-        "unreadable_lines", "seeded_rollouts_excluded", and "measured_per_step": the run's own informative rollouts,
-        non-zero-variance groups and rollouts per step (mean, ci), over every group of each step.
-    """
-    p = Path(path)
-    if p.is_dir():
-        p = p / "rounds.jsonl"
-    if not p.is_file():
-        raise FileNotFoundError(f"rounds_file: {p} does not exist (give a run directory or its rounds.jsonl)")
-    lo, hi = _parse_steps(steps)
-    blocks: list[tuple[int, list[dict]]] = []
-    lines = p.read_text().splitlines()
-    skipped = 0
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            # a killed run leaves a partial last line; a resumed run appends its next row right after it
-            cut = line.rfind('{"step"')
-            try:
-                row = json.loads(line[cut:]) if cut > 0 else None
-            except json.JSONDecodeError:
-                row = None
-            if row is None:
-                if lineno == len(lines):  # a partial last line: the run was killed mid-write
-                    skipped += 1
-                    continue
-                raise ValueError(f"{p} line {lineno}: not JSON ({e.msg})") from None
-            skipped += 1
-        if not isinstance(row, dict):
-            raise ValueError(f"{p} line {lineno}: expected a JSON object, got {type(row).__name__}")
-        missing = [k for k in ("step", "alloc", "problems", "successes") if k not in row]
-        if missing:
-            if "successes" in missing or "problems" in missing:
-                raise ValueError(
-                    f"{p} line {lineno} has no {' / '.join(repr(k) for k in missing)} field: this rounds.jsonl "
-                    "records only each round's counts, seeded prompts and flips (a run written before xrpo "
-                    "logged per-prompt successes), so per-prompt success rates cannot be recovered from it. "
-                    "Re-run the training with this version, or give the rates as dist."
-                )
-            raise ValueError(f"{p} line {lineno}: missing field(s) {missing}")
-        alloc, probs, succ = row["alloc"], row["problems"], row["successes"]
-        if not (
-            isinstance(alloc, list)
-            and isinstance(probs, list)
-            and isinstance(succ, list)
-            and len(alloc) == len(probs) == len(succ)
-        ):
-            raise ValueError(
-                f"{p} line {lineno}: 'alloc', 'problems' and 'successes' must be lists of equal "
-                f"length, got lengths {len(alloc) if isinstance(alloc, list) else alloc!r}, "
-                f"{len(probs) if isinstance(probs, list) else probs!r}, "
-                f"{len(succ) if isinstance(succ, list) else succ!r}"
-            )
-        for j, (a, s) in enumerate(zip(alloc, succ)):
-            if not (isinstance(a, int) and isinstance(s, int) and 0 <= s <= a):
-                raise ValueError(
-                    f"{p} line {lineno}: prompt {j} has successes={s!r} of alloc={a!r}; expected "
-                    "integers with 0 <= successes <= alloc"
-                )
-        step = row["step"]
-        if not isinstance(step, int):
-            raise ValueError(f"{p} line {lineno}: 'step' must be an integer, got {step!r}")
-        # a new block: another step, or the same step started again (a resumed run redoing it: resume is exact, so
-        # it repeats the step's first row; a planned round 0 after a round > 0 also marks a restart)
-        if (
-            blocks
-            and blocks[-1][0] == step
-            and row != blocks[-1][1][0]
-            and not (row.get("round", 0) == 0 and blocks[-1][1][-1].get("round", 0) > 0)
-        ):
-            blocks[-1][1].append(row)
-        else:
-            blocks.append((step, [row]))
-    last = {step: rows for step, rows in blocks}  # a redone step: its last block wins
-    trials: dict[str, int] = {}
-    wins: dict[str, int] = {}
-    used = excluded = 0
-    per_step: dict[str, list[float]] = {"informative_rollouts": [], "informative_groups": [], "rollouts": []}
-    for step, rows in last.items():
-        if (lo is not None and step < lo) or (hi is not None and step > hi):
-            continue
-        used += 1
-        group_n: dict[str, int] = {}
-        group_k: dict[str, int] = {}
-        for row in rows:
-            seeded = set(row.get("seeded") or [])
-            for j, (pid, a, s) in enumerate(zip(row["problems"], row["alloc"], row["successes"])):
-                group_n[str(pid)] = group_n.get(str(pid), 0) + a
-                group_k[str(pid)] = group_k.get(str(pid), 0) + s
-                if j in seeded:  # drawn from an ICL prompt: a rate of the ICL prompt, not of the plain one
-                    excluded += a
-                    continue
-                trials[str(pid)] = trials.get(str(pid), 0) + a
-                wins[str(pid)] = wins.get(str(pid), 0) + s
-        # what the run's steps bought, to set against the simulator's prediction: every group of the step (all its
-        # rollouts, ICL-seeded ones included; DAPO: every generation batch)
-        mixed = [g for g, n_g in group_n.items() if 0 < group_k[g] < n_g]
-        per_step["informative_rollouts"].append(float(sum(group_n[g] for g in mixed)))
-        per_step["informative_groups"].append(float(len(mixed)))
-        per_step["rollouts"].append(float(sum(group_n.values())))
-    ids = sorted(k for k, n in trials.items() if n > 0)
-    if not ids:
-        raise ValueError(
-            f"{p}: no rollouts in steps {steps or 'all'} (the file has steps "
-            f"{min(last) if last else '-'}..{max(last) if last else '-'})"
-        )
-    n = np.array([trials[k] for k in ids], dtype=np.float64)
-    w = np.array([wins[k] for k in ids], dtype=np.float64)
-    info = {
-        "file": str(p),
-        "steps": used,
-        "problems": len(ids),
-        "rollouts": int(n.sum()),
-        "rollouts_per_problem_median": float(np.median(n)),
-        "unreadable_lines": skipped,
-        "seeded_rollouts_excluded": excluded,
-        "measured_per_step": {k: dict(zip(("mean", "ci"), mean_ci(v))) for k, v in per_step.items()},
-    }
-    return w, n, info
+        parse_steps(self.rounds_steps)
 
 
 def _prompt_source(cfg: SimConfig) -> tuple[Callable[[np.random.Generator, int], np.ndarray], dict]:
@@ -531,7 +333,7 @@ def register_sim_method(name: str) -> Callable[[SimMethod], SimMethod]:
 
 @register_sim_method("uniform")
 def _uniform(ctx: StepContext, p: np.ndarray, rng: np.random.Generator) -> StepOutcome:
-    return fixed_outcome(p, uniform_counts(ctx.cfg.prompts, ctx.cfg.rollouts), rng)
+    return fixed_outcome(p, one_batch_counts(ctx.cfg.prompts, ctx.cfg.rollouts), rng)
 
 
 def _phased(ctx: StepContext, p: np.ndarray, rng: np.random.Generator, allocation: str, mode: str) -> StepOutcome:
@@ -578,10 +380,10 @@ def _cures(ctx, p, rng):
     )
     trials = np.full(pool.shape[0], c.cures_history, dtype=np.int64)
     succ = rng.binomial(trials, pool)
-    idx, counts = cures_allocation(
+    pick = cures_select(
         succ, trials, c.prompts, c.rollouts, rng, temp_scale=c.cures_temp_scale, min_count=c.cures_min_count
     )
-    return fixed_outcome(pool[idx], counts, rng)
+    return fixed_outcome(pool[pick.idx], pick.counts, rng)
 
 
 @register_sim_method("dapo")

@@ -16,6 +16,21 @@
     end         final validation, summary.json; or, after SIGTERM / SIGINT (xrpo.trainer.preempt), a checkpoint of the
                 step just done and `TrainingStopped`, whose message names ``xrpo train --resume DIR``
 
+One step, file by file, in the order it runs (XRPO's default job; the equations they call are in xrpo/algo):
+    1. xrpo/trainer/loop.py           this file: the step's sections below
+    2. xrpo/rollout/sources.py        the batch source: the step's prompts (epoch order), DAPO's refill, CurES
+    3. xrpo/rollout/planner.py        Algorithm 1 lines 1-13: one batch, rounds or streaming waves, chosen there
+    4. xrpo/rollout/step.py           a step's rollouts as they arrive: records, verification, ICL retrieval, metrics
+    5. xrpo/algo/rounds.py            a round's decisions: the registered allocator (HRP: xrpo/algo/allocation.py),
+                                      which prompts are ICL-seeded
+    6. xrpo/trainer/update.py         old log-probs under the training prompts; the policy update
+                                      (xrpo/algo/losses.py)
+    7. xrpo/rollout/advantages.py     Algorithm 1 line 14: group advantages, novelty sharpening
+                                      (xrpo/algo/advantages.py)
+    8. xrpo/rollout/corpus.py         Algorithm 1 line 15: correct rollouts join the ICL corpus
+The records they pass along are xrpo/rollout/records.py (types only); the engine behind the planner is
+xrpo/rollout/engine.py's protocol.
+
 One process writes a run directory at a time: it holds the directory's lock (xrpo.trainer.runlock) from setup to end.
 
 Steps 2 and 4 live in `xrpo.trainer.update`; docs/methods.md ("The policy update") explains why the old log-probs, the
@@ -56,7 +71,7 @@ from xrpo.algo.losses import get_policy_loss
 from xrpo.rewards import get_verifier, raise_reference_errors
 from xrpo.rollout.corpus import update_corpus
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
-from xrpo.rollout.planner import PlanConfig, PlanResult
+from xrpo.rollout.records import PlanConfig, PlanResult
 from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
@@ -315,12 +330,14 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
 
             # -------- 3. advantages (Algorithm 1 line 14)
             sample_lp = sample_logprobs(policy, records, cfg)
-            metrics.update(batch_advantages(batch, pcfg, token_logprobs=old_lp, sample_logprobs=sample_lp))
+            advantages, adv_metrics = batch_advantages(batch, pcfg, token_logprobs=old_lp, sample_logprobs=sample_lp)
+            metrics.update(adv_metrics)
+            plan.advantages = advantages  # kept with the step's rollouts for StepReport: what the loss was given
 
             # -------- 4. policy update
             t0 = time.perf_counter()
             # the model stays in eval mode (module docstring: dropout would break the ratio of the first mini-batch)
-            adv = torch.tensor(plan.advantages, dtype=torch.float32)
+            adv = torch.tensor(advantages, dtype=torch.float32)
             metrics.update(policy_update(policy, UpdateBatch(records, adv, old_lp, ref_lp), cfg, step))
             scheduler.step()
             metrics["time/update"] = time.perf_counter() - t0

@@ -29,7 +29,7 @@ from xrpo.integrations.verl.main import load_config  # noqa: E402
 from xrpo.integrations.verl.phases import PAD_KEY, ROUND_KEY, SEEDED_KEY, align_batch, plan_result  # noqa: E402
 from xrpo.integrations.verl.trainer import RayXRPOTrainer, minibatch_multiple, pads_scale_the_loss  # noqa: E402
 from xrpo.rollout.corpus import update_corpus  # noqa: E402
-from xrpo.rollout.planner import rollout_metrics  # noqa: E402
+from xrpo.rollout.step import rollout_metrics  # noqa: E402
 
 PROMPTS = 4
 

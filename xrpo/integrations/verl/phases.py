@@ -1,12 +1,12 @@
 """The driver-side pieces of Algorithm 1 on verl ``DataProto`` batches (used by `RayXRPOTrainer`; no GPU needed).
 
 XRPO paper, Algorithm 1 and §3.2. Each function is a thin adapter: the allocation is `xrpo.algo.allocation`, the ICL
-prompt `xrpo.icl.build_icl_prompt`, the metrics and the corpus update `xrpo.rollout.planner`. What lives here is the
+prompt `xrpo.icl.build_icl_prompt`, the metrics and the corpus update `xrpo.rollout`. What lives here is the
 bookkeeping verl needs:
 
     round_counts        rewards so far (per uid) -> extra rollouts per prompt for one planning round
-    icl_messages        a prompt's chat messages with its last user turn replaced by the paper's ICL template,
-                        fitted to verl's prompt length
+    icl_seed            a prompt's chat messages with its last user turn replaced by the paper's ICL template,
+                        fitted to verl's prompt length (`icl_messages`: without the count of examples left out)
     round_gen_batch     the generation batch of a round: each prompt repeated by its count, ICL rows routed to the
                         ``xrpo_icl`` agent loop
     finish_round        one round's rollouts joined to their prompts' rows, tagged with round / seeded, stripped of
@@ -16,19 +16,22 @@ bookkeeping verl needs:
     align_batch         pad (rows with zero loss mask) or trim (whole zero-variance groups) to a size multiple
     rows_sampled_as_trained   the real rows whose rollout log-probs belong to the prompt they are trained on
     mark_padding        a rollout dump's reward extras with the padding rows blanked and flagged
-    plan_result         the step as an `xrpo.rollout.planner.PlanResult` for xrpo's metrics and corpus update
+    append_rounds       a step's rounds appended to rounds.jsonl, the trainer's rows (`xrpo simulate --rounds-file`)
+    plan_result         the step as an `xrpo.rollout.records.PlanResult` for xrpo's metrics and corpus update
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from xrpo.algo.allocation import allocate_round, split_budget
+from xrpo.algo.rounds import get_allocator
 from xrpo.icl import build_icl_prompt
 
 __all__ = [
@@ -36,10 +39,12 @@ __all__ = [
     "ROUND_KEY",
     "SEEDED_KEY",
     "align_batch",
+    "append_rounds",
     "chat_template_length",
     "check_icl_prompts",
     "finish_round",
     "icl_messages",
+    "icl_seed",
     "mark_padding",
     "merge_rounds",
     "plan_result",
@@ -101,13 +106,13 @@ def chat_template_length(tokenizer, messages: Sequence[dict], chat_template_kwar
     return len(ids)
 
 
-def icl_messages(
+def icl_seed(
     raw_prompt: Sequence[dict],
     examples: Sequence,
     tokenizer,
     max_prompt_tokens: int,
     chat_template_kwargs: dict | None = None,
-) -> tuple[list[dict] | None, int]:
+) -> tuple[list[dict] | None, int, int]:
     """The ICL-seeded messages for a prompt (XRPO appendix template), or None when no example fits.
 
     The last user message's content becomes ``build_icl_prompt(content, examples)``; other messages (a system prompt)
@@ -115,7 +120,8 @@ def icl_messages(
     would cut the prompt's start) minus what the chat template adds around the user text, measured on this prompt.
 
     Returns:
-        (messages or None, number of example solutions cut to fit).
+        (messages or None, number of example solutions cut to fit, number of examples left out to fit: the
+        ``truncated`` and ``dropped`` of rounds.jsonl).
     """
     messages = [dict(m) for m in raw_prompt]
     last = max(i for i, m in enumerate(messages) if m.get("role") == "user")
@@ -125,16 +131,28 @@ def icl_messages(
     empty[last]["content"] = ""
     budget = max_prompt_tokens - chat_template_length(tokenizer, empty, kwargs)
     if budget < 1:
-        return None, 0
+        return None, 0, len(examples)
 
     def count(s: str) -> int:
         return len(tokenizer(s, add_special_tokens=False)["input_ids"])
 
     icl = build_icl_prompt(text, list(examples), count_tokens=count, max_tokens=budget)
     if icl.num_examples == 0:
-        return None, 0
+        return None, 0, icl.dropped
     messages[last]["content"] = icl.text
-    return messages, icl.truncated
+    return messages, icl.truncated, icl.dropped
+
+
+def icl_messages(
+    raw_prompt: Sequence[dict],
+    examples: Sequence,
+    tokenizer,
+    max_prompt_tokens: int,
+    chat_template_kwargs: dict | None = None,
+) -> tuple[list[dict] | None, int]:
+    """`icl_seed` without the count of examples left out: (messages or None, example solutions cut to fit)."""
+    messages, truncated, _ = icl_seed(raw_prompt, examples, tokenizer, max_prompt_tokens, chat_template_kwargs)
+    return messages, truncated
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -157,17 +175,9 @@ def rewards_by_prompt(row_uids: Sequence, row_rewards, prompt_uids: Sequence) ->
 
 
 def round_counts(rewards: Sequence[np.ndarray], budget: int, xcfg) -> np.ndarray:
-    """Extra rollouts per prompt in one planning round (Algorithm 1 line 7): HRP (Eqs. 1-3) or an even split."""
-    if xcfg.allocation == "hrp":
-        return allocate_round(
-            list(rewards),
-            budget,
-            alpha=xcfg.alpha,
-            lam=xcfg.lam,
-            max_per_prompt=xcfg.max_extra_per_prompt,
-            mode=xcfg.alloc_mode,
-        )
-    return split_budget(np.zeros(len(rewards)), budget, max_per_prompt=xcfg.max_extra_per_prompt)
+    """Extra rollouts per prompt in one planning round (Algorithm 1 line 7): the allocator ``xcfg.allocation`` of
+    `xrpo.algo.rounds` (HRP, Eqs. 1-3, or an even split)."""
+    return get_allocator(xcfg.allocation).fn(list(rewards), budget, xcfg, None)
 
 
 def round_gen_batch(
@@ -391,13 +401,22 @@ def trained_rows(batch) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def append_rounds(path: str, step: int, rounds: Sequence[dict]) -> None:
+    """Append a step's rounds to ``path`` as `xrpo train` writes rounds.jsonl: one ``{"step": step, **round}`` row per
+    round (`xrpo.rollout.records.round_entry`'s keys), so `xrpo simulate --rounds-file` and the study read a verl run's
+    rounds as a trainer run's. A resumed run appends its redone steps; the readers keep a step's last block."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write("".join(json.dumps({"step": int(step), **r}) + "\n" for r in rounds))
+
+
 def plan_result(batch, prompt_uids: Sequence, rounds: list[dict], tokenizer, full_reward: float):
-    """The step's real rows as an `xrpo.rollout.planner.PlanResult` plus its `Problem`s, for xrpo's
+    """The step's real rows as an `xrpo.rollout.records.PlanResult` plus its `Problem`s, for xrpo's
     ``rollout_metrics`` and ``xrpo.rollout.corpus.update_corpus``. Only correct rollouts are decoded (the corpus
     stores their text)."""
     from xrpo.data import Problem
-    from xrpo.integrations.verl.reward import _reference
-    from xrpo.rollout.planner import PlanResult, RolloutRecord
+    from xrpo.integrations.verl.reward import reference_answer
+    from xrpo.rollout.records import PlanResult, RolloutRecord
 
     nt = batch.non_tensor_batch
     real = np.flatnonzero(~nt.get(PAD_KEY, np.zeros(len(batch), dtype=bool)))
@@ -415,7 +434,7 @@ def plan_result(batch, prompt_uids: Sequence, rounds: list[dict], tokenizer, ful
             problems[q] = Problem(
                 id=problem_id(nt["extra_info"][i], raw),
                 prompt=copy.deepcopy(raw),
-                answer=_reference(gt, nt["data_source"][i], nt["extra_info"][i]),
+                answer=reference_answer(gt, nt["data_source"][i], nt["extra_info"][i]),
             )
         ids = batch.batch["responses"][i][mask[i].bool()].tolist()
         reward = float(rewards[i])

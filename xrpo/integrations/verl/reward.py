@@ -23,7 +23,7 @@ from typing import Any
 
 from xrpo.rewards import get_verifier
 
-__all__ = ["compute_score"]
+__all__ = ["compute_score", "reference_answer"]
 
 # keyword arguments verl itself may add when a reward model is configured; anything else unknown is a config typo
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -40,7 +40,9 @@ def _get(name: str, kwargs: dict):
         return _CACHE[key]
 
 
-def _reference(ground_truth: Any, data_source: Any, extra_info: Any) -> str:
+def reference_answer(ground_truth: Any, data_source: Any, extra_info: Any) -> str:
+    """A row's reference answer as xrpo's verifiers take it (a string), from verl's ``ground_truth``; a ValueError
+    names the row (data_source, extra_info.index) when it has none."""
     where = f"data_source={data_source!r}"
     if isinstance(extra_info, dict) and "index" in extra_info:
         where += f", extra_info.index={extra_info['index']!r}"
@@ -76,7 +78,7 @@ def compute_score(
         )
     if not isinstance(solution_str, str):
         raise ValueError(f"reward: solution_str must be a str, got {type(solution_str).__name__}")
-    reference = _reference(ground_truth, data_source, extra_info)
+    reference = reference_answer(ground_truth, data_source, extra_info)
     result = _get(verifier, dict(verifier_kwargs or {})).verify_batch([solution_str], [reference])[0]
     score = float(result.score)
     return {"score": score, "acc": score, "pred": result.answer or ""}

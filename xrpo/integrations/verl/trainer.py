@@ -35,32 +35,35 @@ from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 
-from xrpo.algo.allocation import plan_phases, split_budget
+from xrpo.algo.allocation import plan_phases
+from xrpo.algo.rounds import one_batch_counts, plan_round, plans_rounds
 from xrpo.integrations.verl.advantage import ESTIMATOR_NAME
 from xrpo.integrations.verl.config import rollouts_per_step, validate_xrpo_config
 from xrpo.integrations.verl.phases import (
     PAD_KEY,
     align_batch,
+    append_rounds,
     check_icl_prompts,
     finish_round,
-    icl_messages,
+    icl_seed,
     mark_padding,
     merge_rounds,
     plan_result,
     problem_id,
     problem_text,
     rewards_by_prompt,
-    round_counts,
     round_gen_batch,
     rows_sampled_as_trained,
     trained_rows,
 )
 from xrpo.rollout.corpus import update_corpus
-from xrpo.rollout.planner import _is_nonuniform, rollout_metrics
+from xrpo.rollout.records import round_entry
+from xrpo.rollout.step import rollout_metrics
 
 __all__ = ["CORPUS_DIR", "RayXRPOTrainer", "SEQ_MEAN_MODES", "minibatch_multiple", "pads_scale_the_loss"]
 
 CORPUS_DIR = "xrpo_corpus"
+ROUNDS_FILE = "rounds.jsonl"
 # verl's loss aggregations that divide by a fixed mini-batch size (core_algos.agg_loss's global_batch_size)
 SEQ_MEAN_MODES = ("seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean")
 
@@ -121,6 +124,10 @@ class RayXRPOTrainer(RayPPOTrainer):
             return os.path.abspath(tr.resume_from_path)
         return os.path.join(os.path.abspath(tr.default_local_dir), f"global_step_{self.global_steps}")
 
+    def _rounds_file(self) -> str:
+        """rounds.jsonl next to the run's checkpoints (``trainer.default_local_dir``), the trainer's rows."""
+        return os.path.join(os.path.abspath(self.config.trainer.default_local_dir), ROUNDS_FILE)
+
     def _save_checkpoint(self):
         super()._save_checkpoint()
         if self.corpus is not None:
@@ -157,6 +164,8 @@ class RayXRPOTrainer(RayPPOTrainer):
         prompt_len = int(self.config.actor_rollout_ref.rollout.prompt_length)
         tmpl_kwargs = dict(self.config.data.get("apply_chat_template_kwargs", {}) or {})
         phases = plan_phases(n_prompts, self.xrpo_budget, x.n_base, x.plan_rounds)
+        # the problem ids of rounds.jsonl's "problems", as plan_result and the corpus key them
+        ids = [problem_id(extra[q], raw[q]) for q in range(n_prompts)]
         parts, rounds = [], []
         row_uids: list = []
         row_rewards: list = []
@@ -174,51 +183,57 @@ class RayXRPOTrainer(RayPPOTrainer):
             row_uids.extend(part.non_tensor_batch["uid"])
             row_rewards.extend(part.batch["rm_scores"].sum(-1).tolist())
 
-        if x.allocation == "uniform" and not x.icl:
+        def successes(rows) -> list[int]:  # correct rollouts per prompt among a round's rows
+            got = rewards_by_prompt(rows.non_tensor_batch["uid"], rows.batch["rm_scores"].sum(-1).tolist(), uids)
+            return [int(np.count_nonzero(r >= x.full_reward)) for r in got]
+
+        if not plans_rounds(x.allocation, x.icl):
             # nothing to plan: the whole budget in one call, split evenly (the planner's GRPO path)
-            counts = split_budget(np.zeros(n_prompts), self.xrpo_budget)
+            counts = one_batch_counts(n_prompts, self.xrpo_budget)
             run(counts, {}, 0)
-            rounds.append({"round": 0, "alloc": counts.tolist(), "seeded": [], "flips": 0, "truncated": 0})
+            rounds.append(round_entry(0, counts, ids, successes(parts[-1])))
         else:
             run(np.full(n_prompts, x.n_base, dtype=np.int64), {}, 0)
-            rounds.append({"round": 0, "alloc": [x.n_base] * n_prompts, "seeded": [], "flips": 0, "truncated": 0})
+            rounds.append(round_entry(0, [x.n_base] * n_prompts, ids, successes(parts[-1])))
             for t, budget in enumerate(phases.round_budgets, start=1):
                 if budget == 0:
                     continue
                 with marked_timer("xrpo_plan", timing_raw):
                     so_far = rewards_by_prompt(row_uids, row_rewards, uids)
-                    counts = round_counts(so_far, budget, x)
-                icl, truncated = {}, 0
-                if x.icl and self.corpus is not None and len(self.corpus) > 0:
-                    # Alg. 1 lines 9-10: a prompt with no correct rollout so far is seeded with solved neighbours
-                    unsolved = [q for q in range(n_prompts) if counts[q] > 0 and not np.any(so_far[q] >= x.full_reward)]
-                    if unsolved:
-                        with marked_timer("xrpo_retrieve", timing_raw):
-                            found = self.corpus.retrieve_many(
-                                [problem_id(extra[q], raw[q]) for q in unsolved],
-                                [problem_text(raw[q]) for q in unsolved],
-                                k=x.icl_k,
-                                min_similarity=x.icl_min_similarity,
-                            )
-                            for q, examples in zip(unsolved, found):
-                                if examples:
-                                    msgs, cut = icl_messages(raw[q], examples, self.tokenizer, prompt_len, tmpl_kwargs)
-                                    if msgs is not None:
-                                        icl[q] = msgs
-                                        truncated += cut
-                n_before = [len(r) for r in so_far]
-                run(counts, icl, t)
-                after = rewards_by_prompt(row_uids, row_rewards, uids)
-                flips = sum(1 for q in icl if np.any(after[q][n_before[q] :] >= x.full_reward))
+                    corpus_ready = x.icl and self.corpus is not None and len(self.corpus) > 0
+                    plan = plan_round(so_far, budget, x, icl=corpus_ready, full_reward=x.full_reward)
+                icl, truncated, dropped = {}, 0, 0
+                # Alg. 1 lines 9-10: a prompt with no correct rollout so far is seeded with solved neighbours
+                unsolved = [int(q) for q in np.flatnonzero(plan.seed)]
+                if unsolved:
+                    with marked_timer("xrpo_retrieve", timing_raw):
+                        found = self.corpus.retrieve_many(
+                            [ids[q] for q in unsolved],
+                            [problem_text(raw[q]) for q in unsolved],
+                            k=x.icl_k,
+                            min_similarity=x.icl_min_similarity,
+                        )
+                        for q, examples in zip(unsolved, found):
+                            if examples:
+                                msgs, cut, left_out = icl_seed(
+                                    raw[q], examples, self.tokenizer, prompt_len, tmpl_kwargs
+                                )
+                                dropped += left_out
+                                if msgs is not None:
+                                    icl[q] = msgs
+                                    truncated += cut
+                run(plan.alloc, icl, t)
                 rounds.append(
-                    {
-                        "round": t,
-                        "alloc": [int(c) for c in counts],
-                        "seeded": sorted(icl),
-                        "flips": flips,
-                        "truncated": truncated,
-                        "nonuniform": _is_nonuniform(np.asarray(counts), budget),
-                    }
+                    round_entry(
+                        t,
+                        plan.alloc,
+                        ids,
+                        successes(parts[-1]),
+                        seeded=sorted(icl),
+                        truncated=truncated,
+                        dropped=dropped,
+                        nonuniform=plan.nonuniform,
+                    )
                 )
         merged = merge_rounds(parts)
         if x.icl and x.icl_train_prompt == "original":
@@ -332,6 +347,7 @@ class RayXRPOTrainer(RayPPOTrainer):
                         if curr_profile:
                             self.llm_server_manager.stop_profile()
                     result, problems = plan_result(batch, prompt_uids, rounds, self.tokenizer, self.xrpo.full_reward)
+                    append_rounds(self._rounds_file(), self.global_steps, rounds)
                     metrics.update(rollout_metrics(result, len(prompt_uids), full_reward=self.xrpo.full_reward))
 
                     # -------- 3. fit the ragged batch to verl's data-parallel / mini-batch multiples

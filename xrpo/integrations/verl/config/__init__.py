@@ -29,7 +29,7 @@ from xrpo.algo.config import (
     check_knobs,
     section_values,
 )
-from xrpo.rollout.planner import PlanConfig
+from xrpo.rollout.records import PlanConfig
 
 __all__ = ["BATCH_ALIGN", "XRPOConfig", "rollouts_per_step", "validate_xrpo_config", "xrpo_config"]
 

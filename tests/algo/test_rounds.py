@@ -1,0 +1,124 @@
+"""The round planner (xrpo.algo.rounds): the allocator registry, a round's decisions by hand, the one-batch rule,
+CurES's selection and DAPO's refill."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xrpo.algo.allocation import allocate_round, split_budget
+from xrpo.algo.config import AllocationConfig, CuresConfig, check_knobs
+from xrpo.algo.cures import beta_posterior, gradient_std, posterior_mean, rollout_counts
+from xrpo.algo.rounds import (
+    ALLOCATORS,
+    PromptHistory,
+    allocator_names,
+    cures_select,
+    get_allocator,
+    is_nonuniform,
+    plan_round,
+    plans_rounds,
+    refill_keep,
+    refill_more,
+    register_allocator,
+    seed_candidates,
+)
+
+
+def test_registry_lists_valid_names_and_refuses_a_duplicate():
+    assert {"hrp", "uniform", "cures"} <= set(allocator_names())
+    with pytest.raises(ValueError, match="unknown allocation 'knapsack'; valid allocations: hrp, uniform, cures"):
+        get_allocator("knapsack")
+    with pytest.raises(ValueError, match="allocator 'hrp' is already registered"):
+        register_allocator("hrp")(lambda rewards, budget, knobs, history: np.zeros(len(rewards), dtype=np.int64))
+
+
+def test_a_registered_allocator_is_a_valid_allocation_with_history():
+    # a new rule registered by name: the config accepts it, plan_round calls it with the step's rewards and the
+    # caller's history; then it is removed again so that other tests see the built-in registry
+    seen = {}
+
+    def most_trials(rewards, budget, knobs, history):
+        seen["rewards"], seen["history"] = [r.tolist() for r in rewards], history
+        out = np.zeros(len(rewards), dtype=np.int64)
+        out[int(np.argmin(history.trials))] = budget  # everything to the least visited prompt
+        return out
+
+    register_allocator("least-visited")(most_trials)
+    try:
+        knobs = AllocationConfig(allocation="least-visited")
+        check_knobs(knobs)  # a registered name is a valid config value
+        hist = PromptHistory(successes=np.array([3, 0, 1]), trials=np.array([8, 2, 4]))
+        rewards = [np.array([1.0, 0.0]), np.array([0.0, 0.0]), np.array([1.0, 1.0])]
+        plan = plan_round(rewards, 6, knobs, icl=True, full_reward=1.0, history=hist)
+        assert plan.alloc.tolist() == [0, 6, 0] and seen["history"] is hist
+        assert seen["rewards"] == [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+        # prompt 1 gets rollouts and has no success so far: seeded; an even split of 6 over 3 is 2 each: non-uniform
+        assert plan.seed.tolist() == [False, True, False] and plan.nonuniform
+    finally:
+        del ALLOCATORS["least-visited"]
+    with pytest.raises(ValueError, match="allocation must be one of hrp, uniform or cures, got 'least-visited'"):
+        check_knobs(AllocationConfig(allocation="least-visited"))
+
+
+def test_plan_round_is_the_allocator_plus_the_icl_rule():
+    rewards = [np.array([0.0, 0.0, 0.0]), np.array([1.0, 0.0, 0.5]), np.array([1.0, 1.0, 1.0]), np.array([0.0, 0.0])]
+    hrp = AllocationConfig(allocation="hrp", alpha=0.05, lam=0.1)
+    plan = plan_round(rewards, 10, hrp, icl=True, full_reward=1.0)
+    np.testing.assert_array_equal(plan.alloc, allocate_round(rewards, 10, alpha=0.05, lam=0.1))
+    # seeded: given rollouts and no reward >= 1 so far (prompts 0 and 3 when they get any; 1 and 2 are solved)
+    assert plan.seed.tolist() == [bool(plan.alloc[0] > 0), False, False, bool(plan.alloc[3] > 0)]
+    # full_reward decides "solved": with 0.5 prompt 1 counts as solved too, with 2.0 nothing does
+    assert not plan_round(rewards, 10, hrp, icl=True, full_reward=0.5).seed[1]
+    assert plan_round(rewards, 10, hrp, icl=True, full_reward=2.0).seed.tolist() == (plan.alloc > 0).tolist()
+    assert not plan_round(rewards, 10, hrp, icl=False, full_reward=1.0).seed.any()
+    uni = AllocationConfig(allocation="uniform", max_extra_per_prompt=2)
+    # an even split capped at 2: 2 + 2 + 2 + 2 = 8 of 8
+    got = plan_round(rewards, 8, uni, icl=False, full_reward=1.0)
+    assert got.alloc.tolist() == split_budget(np.zeros(4), 8, max_per_prompt=2).tolist() == [2, 2, 2, 2]
+    assert not got.nonuniform
+
+
+def test_is_nonuniform_by_hand():
+    # 8 over 4 divides: any spread is non-uniform; 9 over 4 does not: a spread of 1 is the even split
+    assert not is_nonuniform([2, 2, 2, 2], 8) and is_nonuniform([3, 1, 2, 2], 8)
+    assert not is_nonuniform([3, 2, 2, 2], 9) and is_nonuniform([4, 1, 2, 2], 9)
+    assert not is_nonuniform([], 0)
+
+
+def test_seed_candidates_by_hand():
+    assert seed_candidates([0, 3, 2, 1], [False, False, True, False]).tolist() == [False, True, False, True]
+
+
+def test_plans_rounds_decides_one_batch_in_one_place():
+    assert plans_rounds("hrp", icl=False) and plans_rounds("hrp", icl=True)
+    assert not plans_rounds("uniform", icl=False)  # GRPO: nothing to plan, one batch
+    assert plans_rounds("uniform", icl=True)  # the w/o-HRP ablation: rounds route unsolved prompts to ICL
+    assert not plans_rounds("cures", icl=False) and not plans_rounds("cures", icl=True)  # the caller's counts
+
+
+def test_cures_select_is_the_posterior_composition_and_the_cures_allocator_its_counts():
+    rng = np.random.default_rng(5)
+    succ, trials = rng.integers(0, 5, size=12), np.full(12, 4)
+    succ = np.minimum(succ, trials)
+    pick = cures_select(succ, trials, 5, 40, np.random.default_rng(1), temp_scale=2.0, min_count=3)
+    a, b = beta_posterior(succ, trials, 1.0, 1.0)
+    p = posterior_mean(a, b)
+    np.testing.assert_array_equal(pick.p, p)
+    assert len(set(pick.idx.tolist())) == 5 and pick.counts.sum() == 40 and pick.counts.min() >= 3
+    np.testing.assert_array_equal(pick.counts, rollout_counts(gradient_std(p[pick.idx]), 40, 3))
+    # the registered allocator gives the same counts from the chosen prompts' history (CuresConfig's knobs)
+    knobs = CuresConfig(cures_min_count=3)
+    got = get_allocator("cures").fn([np.zeros(0)] * 5, 40, knobs, PromptHistory(succ[pick.idx], trials[pick.idx]))
+    np.testing.assert_array_equal(got, pick.counts)
+    with pytest.raises(ValueError, match="needs history"):
+        get_allocator("cures").fn([np.zeros(0)] * 5, 40, knobs, None)
+
+
+def test_refill_by_hand():
+    rewards = np.array([1, 1, 0, 1, 0, 0, 1, 0], dtype=float)
+    groups = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    # groups 1 and 3 have differing rewards; 0 (all right) and 2 (all wrong) do not
+    assert refill_keep(rewards, groups, kept=0, want=4).tolist() == [1, 3]
+    assert refill_keep(rewards, groups, kept=3, want=4).tolist() == [1]  # one slot left: the lowest id
+    assert refill_more(3, 4, 1, 2) and not refill_more(4, 4, 1, 2) and not refill_more(3, 4, 2, 2)

@@ -1,0 +1,287 @@
+"""Algorithm 1's round, written once: the decisions of a step's rollout schedule as pure functions, called alike by
+the trainer's planner (`xrpo.rollout.planner`, `xrpo.rollout.streaming`), the simulator (`xrpo.sim.model`) and the
+verl driver (`xrpo.integrations.verl.trainer`).
+
+XRPO paper, §3.2 and Algorithm 1::
+
+    phases          n_base rollouts per prompt, then N_plan rounds of the rest        `plan_phases` (lines 2-5)
+    allocation      a round's budget from the rewards so far: a registered allocator  `plan_round` (line 7)
+                    ("hrp": Pi_q = Delta_q + phi_q, Eqs. 1-3; "uniform": an even split; `register_allocator`)
+    ICL routing     a prompt given rollouts with no success so far draws them from     `plan_round` (lines 9-10)
+                    its ICL prompt (the decision only: retrieval and rendering are the caller's)
+    one batch       an allocator that reads no rewards needs no rounds unless ICL      `plans_rounds`
+                    seeding does; GRPO's single batch is the budget split evenly       `one_batch_counts`
+    CurES           prompts and counts drawn from the Beta posterior of each prompt   `cures_select`
+    DAPO refill     keep the groups whose rewards differ, draw again until full       `refill_keep`, `refill_more`
+
+An allocator is ``fn(rewards, budget, knobs, history) -> counts``:
+
+    rewards   P float arrays: each prompt's rewards so far in this step (base rollouts and earlier rounds)
+    budget    rollouts to hand out in this call, integer >= 0
+    knobs     the method's knobs: any object with `xrpo.algo.config.AllocationConfig`'s fields (``alpha``, ``lam``,
+              ``alloc_mode``, ``max_extra_per_prompt``, ...); an allocator with knobs of its own reads them by name
+    history   `PromptHistory` or None: each prompt's earlier visits (successes, trials) from steps before this one,
+              for an allocator that carries a prior across steps; None when the caller keeps no history
+    returns   int64 (P,) extra rollouts per prompt, summing to ``budget``
+
+registered with ``@register_allocator(name, adaptive=..., selects_prompts=...)``: ``adaptive`` says it reads the
+rewards so far (worth planning rounds for), ``selects_prompts`` that the caller also chooses the step's prompts with
+it and hands the planner its counts (CurES). An unknown name raises listing the valid ones; a duplicate raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from xrpo.algo.allocation import allocate_round, split_budget
+from xrpo.algo.cures import (
+    beta_posterior,
+    gradient_std,
+    posterior_mean,
+    prompt_temperature,
+    rollout_counts,
+    sample_prompts,
+    sampling_probs,
+)
+from xrpo.algo.sampling import dynamic_sampling_keep_groups
+
+__all__ = [
+    "ALLOCATORS",
+    "Allocator",
+    "CuresChoice",
+    "PromptHistory",
+    "RoundPlan",
+    "allocator_names",
+    "cures_select",
+    "get_allocator",
+    "is_nonuniform",
+    "one_batch_counts",
+    "plan_round",
+    "plans_rounds",
+    "refill_keep",
+    "refill_more",
+    "register_allocator",
+    "seed_candidates",
+]
+
+
+class PromptHistory(NamedTuple):
+    """Each prompt's earlier visits, from steps before this one (e.g. CurES's posterior counts)."""
+
+    successes: np.ndarray
+    """(P,) int: rollouts of the prompt that succeeded so far."""
+    trials: np.ndarray
+    """(P,) int: rollouts of the prompt so far."""
+
+
+AllocatorFn = Callable[[Sequence[np.ndarray], int, Any, "PromptHistory | None"], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Allocator:
+    """A registered allocation rule (module docstring)."""
+
+    name: str
+    fn: AllocatorFn
+    adaptive: bool = True
+    """Reads the rewards so far: its rounds can change what is generated."""
+    selects_prompts: bool = False
+    """The caller chooses the step's prompts and their counts with it; the planner generates them in one batch."""
+
+
+ALLOCATORS: dict[str, Allocator] = {}
+"""name -> `Allocator`; ``method.allocation`` (``algorithm.xrpo.allocation`` for verl) picks one."""
+
+
+def register_allocator(name: str, *, adaptive: bool = True, selects_prompts: bool = False):
+    """Register ``fn(rewards, budget, knobs, history) -> counts`` under ``name`` (module docstring)."""
+
+    def deco(fn: AllocatorFn) -> AllocatorFn:
+        if name in ALLOCATORS:
+            raise ValueError(f"allocator {name!r} is already registered")
+        ALLOCATORS[name] = Allocator(name, fn, adaptive, selects_prompts)
+        return fn
+
+    return deco
+
+
+def get_allocator(name: str) -> Allocator:
+    try:
+        return ALLOCATORS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown allocation {name!r}; valid allocations: {', '.join(ALLOCATORS)}") from None
+
+
+def allocator_names() -> tuple[str, ...]:
+    return tuple(ALLOCATORS)
+
+
+@register_allocator("hrp")
+def hrp_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, history=None) -> np.ndarray:
+    """XRPO's hierarchical rollout planning: ``allocate_round`` (Eqs. 1-3) with the knobs' alpha, lam, mode, cap."""
+    return allocate_round(
+        list(rewards),
+        budget,
+        alpha=knobs.alpha,
+        lam=knobs.lam,
+        max_per_prompt=knobs.max_extra_per_prompt,
+        mode=knobs.alloc_mode,
+    )
+
+
+@register_allocator("uniform", adaptive=False)
+def uniform_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, history=None) -> np.ndarray:
+    """An even split (the w/o-HRP ablation; with no ICL, GRPO's one batch): ``split_budget`` of equal priorities."""
+    return split_budget(np.zeros(len(rewards)), budget, max_per_prompt=knobs.max_extra_per_prompt)
+
+
+@register_allocator("cures", adaptive=False, selects_prompts=True)
+def cures_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, history=None) -> np.ndarray:
+    """CurES's counts for prompts already chosen: n_i proportional to sigma_i of each one's posterior (``history``
+    holds their counts; the knobs' ``cures_prior_*`` and ``cures_min_count``, CurES's defaults without them)."""
+    if history is None:
+        raise ValueError("the cures allocator needs history (each prompt's earlier successes and trials)")
+    alpha, beta = beta_posterior(
+        history.successes,
+        history.trials,
+        getattr(knobs, "cures_prior_alpha", 1.0),
+        getattr(knobs, "cures_prior_beta", 1.0),
+    )
+    return _cures_counts(posterior_mean(alpha, beta), budget, getattr(knobs, "cures_min_count", 2))[0]
+
+
+def plans_rounds(allocation: str, icl: bool) -> bool:
+    """Whether a step runs planning rounds, the one place this is decided: an allocator that reads rewards needs
+    them, and so does ICL seeding (it routes a round's rollouts of unsolved prompts); otherwise rounds could not
+    change what is generated, and the step is one batch (GRPO's; CurES's caller-chosen counts)."""
+    a = get_allocator(allocation)
+    return a.adaptive or (icl and not a.selects_prompts)
+
+
+def one_batch_counts(num_prompts: int, budget: int) -> np.ndarray:
+    """GRPO's counts: the budget split evenly in one batch (when the prompts do not divide it, the earlier prompts
+    get one more)."""
+    return split_budget(np.zeros(num_prompts), budget)
+
+
+def is_nonuniform(alloc, budget: int) -> bool:
+    """Whether a round's allocation differs from an even split of ``budget`` over its prompts
+    (``alloc/nonuniform_rounds``)."""
+    a = np.asarray(alloc)
+    # an even split of `budget` over P prompts differs by at most 1 (0 when P divides it)
+    spread = int(a.max() - a.min()) if a.size else 0
+    return spread > (0 if budget % max(a.size, 1) == 0 else 1)
+
+
+def seed_candidates(alloc, solved) -> np.ndarray:
+    """Algorithm 1 lines 9-10: acc_q = 1{a correct rollout so far}; a prompt given rollouts this round with acc_q = 0
+    draws them from its ICL prompt. (P,) bool; whether examples are found for it is the caller's retrieval."""
+    return (np.asarray(alloc) > 0) & ~np.asarray(solved, dtype=bool)
+
+
+class RoundPlan(NamedTuple):
+    """One planning round's decisions."""
+
+    alloc: np.ndarray
+    """(P,) int64: extra rollouts per prompt."""
+    seed: np.ndarray
+    """(P,) bool: prompts whose rollouts this round should come from their ICL prompt (`seed_candidates`)."""
+    nonuniform: bool
+    """The allocation differs from an even split (`is_nonuniform`)."""
+
+
+def plan_round(
+    rewards: Sequence[np.ndarray],
+    budget: int,
+    knobs: Any,
+    *,
+    icl: bool,
+    full_reward: float,
+    history: PromptHistory | None = None,
+) -> RoundPlan:
+    """Algorithm 1 lines 7-10 for one round over the prompts whose rewards so far are ``rewards``: the registered
+    allocator ``knobs.allocation`` splits ``budget``; with ``icl`` (ICL seeding on and examples to draw from) the
+    prompts given rollouts with no reward >= ``full_reward`` so far are marked for seeding."""
+    alloc = np.asarray(get_allocator(knobs.allocation).fn(rewards, budget, knobs, history), dtype=np.int64)
+    if icl:
+        solved = np.array([bool(np.any(np.asarray(r) >= full_reward)) for r in rewards], dtype=bool)
+        seed = seed_candidates(alloc, solved)
+    else:
+        seed = np.zeros(alloc.shape[0], dtype=bool)
+    return RoundPlan(alloc, seed, is_nonuniform(alloc, budget))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CurES's selection
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class CuresChoice(NamedTuple):
+    """CurES's draw of a step: the prompts, their counts, and what they were drawn from (for cures/* metrics)."""
+
+    idx: np.ndarray
+    """(k,) chosen prompt indices, in draw order."""
+    counts: np.ndarray
+    """(k,) int64 rollouts of each, summing to the budget."""
+    p: np.ndarray
+    """(N,) posterior mean accuracy of every candidate."""
+    probs: np.ndarray
+    """(N,) the sampling distribution the prompts were drawn from."""
+    sigma: np.ndarray
+    """(k,) gradient std of each chosen prompt."""
+
+
+def _cures_counts(p: np.ndarray, budget: int, min_count: int) -> tuple[np.ndarray, np.ndarray]:
+    # G = 1 for every rollout: sigma_i = sqrt(p_i (1 - p_i)) (docs/methods.md, CurES, "gradient norms")
+    sigma = gradient_std(p)
+    return rollout_counts(sigma, budget, min_count), sigma
+
+
+def cures_select(
+    successes,
+    trials,
+    k: int,
+    budget: int,
+    rng: np.random.Generator,
+    *,
+    prior_alpha: float = 1.0,
+    prior_beta: float = 1.0,
+    temp_scale: float = 100.0,
+    min_count: int = 2,
+) -> CuresChoice:
+    """CurES's choice of prompts and counts from its Beta posterior: beta_posterior -> posterior_mean ->
+    sampling_probs (temperature c * alpha_i) -> ``k`` distinct prompts (``rng``) -> counts proportional to their
+    sigma_i, at least ``min_count``, summing to ``budget``.
+
+    Args:
+        successes, trials: (N,) earlier successes / rollouts of each candidate prompt (the posterior's counts).
+        k: prompts to draw, <= N.
+        budget: rollouts of the step, >= min_count * k.
+    """
+    alpha, beta = beta_posterior(successes, trials, prior_alpha, prior_beta)
+    p = posterior_mean(alpha, beta)
+    probs = sampling_probs(p, prompt_temperature(alpha, temp_scale))
+    idx = sample_prompts(probs, k, rng)
+    counts, sigma = _cures_counts(p[idx], budget, min_count)
+    return CuresChoice(idx, counts, p, probs, sigma)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DAPO's refill
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def refill_keep(rewards, group_ids, kept: int, want: int) -> np.ndarray:
+    """DAPO's dynamic sampling on one generation batch: the ids of the groups whose rewards are not all equal
+    (``dynamic_sampling_keep_groups``), lowest first, at most ``want - kept`` of them (the batch is full then)."""
+    return dynamic_sampling_keep_groups(rewards, group_ids)[: want - kept]
+
+
+def refill_more(kept: int, want: int, batches: int, max_batches: int) -> bool:
+    """DAPO: draw another generation batch while fewer than ``want`` groups are kept and fewer than ``max_batches``
+    batches were generated."""
+    return kept < want and batches < max_batches

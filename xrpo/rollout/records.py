@@ -1,0 +1,111 @@
+"""The record types of a step's rollouts, which the planner, the streaming planner, the tree sampler, the batch
+sources, the advantages, the corpus update, the trainer and the verl driver all share: `PlanConfig` (what one step
+of rollouts looks like), `RolloutRecord` (one rollout), `PlanResult` (a step's rollouts) and `round_entry` (one row
+of ``PlanResult.rounds``, written to rounds.jsonl). Types only: this module imports nothing of its importers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xrpo.algo.config import (
+    AdvantageConfig,
+    AllocationConfig,
+    ICLConfig,
+    ICLPromptConfig,
+    SharpenConfig,
+    StreamConfig,
+    check_knobs,
+)
+
+__all__ = ["PlanConfig", "PlanResult", "RolloutRecord", "round_entry"]
+
+
+@dataclass
+class PlanConfig(StreamConfig, SharpenConfig, ICLPromptConfig, ICLConfig, AllocationConfig, AdvantageConfig):
+    """What one step of rollouts looks like: the knob sections of `xrpo.algo.config` (the trainer's ``method`` and
+    ``rollout`` fields of the same names) and the step's budget. ``allocation="cures"``: the caller chooses each
+    prompt's count (``counts=``), generated in one batch without planning rounds."""
+
+    rollouts_per_step: int = 128
+    """Total rollouts of the step over all prompts, base rollouts included (paper: 128 for 16 prompts)."""
+
+    def __post_init__(self):
+        check_knobs(self)
+        if (
+            isinstance(self.rollouts_per_step, bool)
+            or not isinstance(self.rollouts_per_step, int)
+            or self.rollouts_per_step < 1
+        ):
+            raise ValueError(f"config field rollouts_per_step must be >= 1, got {self.rollouts_per_step!r}")
+
+
+@dataclass
+class RolloutRecord:
+    """One rollout with everything the trainer and the logs need."""
+
+    problem_index: int
+    group_id: int
+    round: int
+    seeded: bool
+    gen_prompt_ids: list[int]
+    train_prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    text: str
+    reward: float = 0.0
+    answer: str | None = None
+    verify_reason: str | None = None
+    tree_path: tuple[int, ...] = ()
+    """Tree rollouts (`xrpo.rollout.treepo`): ids of the nodes on the path from the root (excluded, id 0) to this
+    leaf, its own last node included; ids are unique within the problem's tree. Empty for independent rollouts."""
+    segment_ends: tuple[int, ...] = ()
+    """Tree rollouts: the completion offset at which each segment of the path ends (the last is its length)."""
+
+
+@dataclass
+class PlanResult:
+    records: list[RolloutRecord]
+    rewards: np.ndarray
+    group_ids: np.ndarray
+    advantages: np.ndarray | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    rounds: list[dict] = field(default_factory=list)
+    """Per round: allocation per prompt ("alloc"), seeded prompt indices ("seeded"), "flips", ICL example solutions
+    cut to fit the prompt budget ("truncated"), retrieved examples left out to fit it ("dropped"), the problem ids of
+    the prompts ("problems") and each prompt's correct rollouts in that round ("successes", reward >= full_reward)."""
+
+
+def round_entry(
+    rnd: int,
+    alloc: Sequence[int],
+    problems: Sequence,
+    successes: Sequence[int],
+    *,
+    seeded: Sequence[int] = (),
+    truncated: int = 0,
+    dropped: int | None = None,
+    nonuniform: bool | None = None,
+) -> dict:
+    """One ``PlanResult.rounds`` row, as the trainer and the verl driver log it (docs/metrics.md, rounds.jsonl):
+    round ``rnd`` gave prompt q ``alloc[q]`` rollouts, ``successes[q]`` of them correct; ``seeded`` the prompt
+    indices drawn from their ICL prompt, "flips" those of them with a correct rollout. A planning round (``rnd`` >
+    0) also has "dropped" and "nonuniform"."""
+    seeded = [int(q) for q in seeded]
+    out = {
+        "round": rnd,
+        "alloc": [int(a) for a in alloc],
+        "seeded": seeded,
+        "flips": sum(1 for q in seeded if successes[q] > 0),
+        "truncated": int(truncated),
+    }
+    if dropped is not None:
+        out["dropped"] = int(dropped)
+    if nonuniform is not None:
+        out["nonuniform"] = bool(nonuniform)
+    out["problems"] = list(problems)
+    out["successes"] = [int(s) for s in successes]
+    return out
