@@ -22,8 +22,8 @@ $PY examples/verl/prepare_data.py --task default --families gcd --levels 0 --n-t
 ARGS=(
   actor_rollout_ref.model.path="$MODEL"
   data.train_files="$OUT/data/train.parquet" data.val_files="$OUT/data/val.parquet" data.seed=0
-  # ICL prompts are fitted to 512 tokens (make_tiny_model.py --from-default declares 1024 of context); an answer
-  # the answer and its end token take ~7 tokens, a rambling rollout up to ~20 (measured)
+  # ICL prompts are fitted to 512 tokens (make_tiny_model.py --from-default declares 1024 of context); an answer and
+  # its end token take ~7 tokens, a rambling rollout up to ~20 (measured)
   data.train_batch_size=4 data.max_prompt_length=512 data.max_response_length=24 data.dataloader_num_workers=0
   # 4 prompts x 8 rollouts: 4 base rollouts each (the paper's n_base), 16 more over 2 planning rounds
   actor_rollout_ref.rollout.n=8 algorithm.xrpo.n_base=4 algorithm.xrpo.embedder=hash
@@ -32,7 +32,7 @@ ARGS=(
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
   actor_rollout_ref.actor.optim.lr=1e-4
   # one agent-loop worker and one reward worker (verl starts 8 of each, every one importing verl and vLLM: minutes
-  # of start-up on 2 cores), no Ray dashboard
+  # of start-up on 2 cores), Ray's dashboard UI off
   actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1
   +ray_kwargs.ray_init.object_store_memory=1073741824 +ray_kwargs.ray_init.include_dashboard=false
   trainer.total_epochs=1 trainer.val_before_train=false trainer.test_freq=-1 trainer.save_freq=2
