@@ -63,6 +63,33 @@ def test_builtin_task_offline(tmp_path, tiny_tokenizer):
     assert len(verl_rows(tmp_path / "val.parquet", tiny_tokenizer)) == 2
 
 
+def test_builtin_task_families_and_levels(tmp_path):
+    # the CPU dry run's data: the easiest gcd problems only, validation problems as the seed corpus
+    seed = tmp_path / "seed.jsonl"
+    argv = ["--task", "default", "--families", "gcd", "--levels", "0", "--n-train", "6", "--n-val", "2"]
+    prepare([*argv, "--seed-corpus", str(seed), "--out", str(tmp_path)])
+    for name, n in (("train", 6), ("val", 2)):
+        problems = load_problems(tmp_path / f"{name}.parquet")
+        assert len(problems) == n
+        assert all(p.id.startswith("gcd-L0-") and p.text.startswith("gcd(") for p in problems)
+    assert [json.loads(line)["problem_id"][:7] for line in seed.read_text().splitlines()] == ["gcd-L0-"] * 2
+    with pytest.raises(ValueError, match="unknown family 'gdc'"):
+        prepare(["--task", "default", "--families", "gdc", "--out", str(tmp_path / "bad")])
+    with pytest.raises(SystemExit):  # argparse: --families chooses problems of --task default only
+        prepare(
+            [
+                "--train",
+                str(tmp_path / "train.parquet"),
+                "--val",
+                str(tmp_path / "val.parquet"),
+                "--levels",
+                "0",
+                "--out",
+                str(tmp_path / "bad"),
+            ]
+        )
+
+
 def test_gpu_smoke_test_config_is_valid(tmp_path):
     # the overrides examples/verl/smoke_test.sh passes, composed and checked by verl's and xrpo's validation
     out = subprocess.run(

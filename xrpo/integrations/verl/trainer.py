@@ -404,9 +404,14 @@ class RayXRPOTrainer(RayPPOTrainer):
                             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
                         batch = self._xrpo_advantage(batch, metrics)
 
-                    # -------- 5. actor update with verl's policy loss, checkpoint, weight sync
+                    # -------- 5. actor update with verl's policy loss, corpus update, checkpoint, weight sync
                     with marked_timer("update_actor", timing_raw, color="red"):
                         actor_output = self._update_actor(batch)
+                    # corpus update (Alg. 1 line 15), before the checkpoint: step N's checkpoint holds step N's corpus
+                    if self.corpus is not None:
+                        metrics.update(update_corpus(result, problems, self.corpus, self.xrpo_plan, self.global_steps))
+                        metrics["icl/corpus_problems"] = float(len(self.corpus))
+                        metrics["icl/corpus_solutions"] = float(self.corpus.num_solutions)
                     # verl's elastic early save: the capacity block (ESI) expires before another step would end
                     esi_expiring = should_save_ckpt_esi(
                         max_steps_duration=self.max_steps_duration,
@@ -423,11 +428,7 @@ class RayXRPOTrainer(RayPPOTrainer):
                         self.checkpoint_manager.update_weights(self.global_steps)
                     metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
 
-                    # -------- 6. corpus update (Alg. 1 line 15)
-                    if self.corpus is not None:
-                        metrics.update(update_corpus(result, problems, self.corpus, self.xrpo_plan, self.global_steps))
-                        metrics["icl/corpus_problems"] = float(len(self.corpus))
-                        metrics["icl/corpus_solutions"] = float(self.corpus.num_solutions)
+                    # -------- 6. the rollout dump
                     rollout_dir = self.config.trainer.get("rollout_data_dir", None)
                     if rollout_dir:
                         dump = mark_padding(reward_extra, batch.non_tensor_batch[PAD_KEY])
