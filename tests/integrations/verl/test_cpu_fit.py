@@ -44,7 +44,12 @@ STEPS = (1, 2, 3)
 ROLLOUTS_PER_STEP = 4 * 8  # data.train_batch_size x actor_rollout_ref.rollout.n in cpu_dry_run.sh
 
 
-@pytest.mark.slow  # two verl launches on CPU: ~6 min on a quiet 2-core machine (docs/benchmarks.md)
+@pytest.mark.slow  # two verl launches on CPU: 7-8 min of CPU time (docs/benchmarks.md, "verl on CPU")
+@pytest.mark.skipif(
+    os.environ.get("XRPO_VERL_CPU_FIT") != "1",
+    reason="the verl end-to-end run (two launches, 7-8 CPU-minutes, 7 GiB) runs by hand: XRPO_VERL_CPU_FIT=1 "
+    "python -m pytest tests/integrations/verl/test_cpu_fit.py; not yet inside CI's time budget (docs/verl.md)",
+)
 def test_fit_on_cpu_trains_checkpoints_and_resumes(tmp_path):
     out = tmp_path / "dry_run"
     proc = subprocess.run(
