@@ -1,6 +1,6 @@
-"""The simulator's methods beyond the paper (issue #33): knapsack and xrpo-plus with its ablations, registered in
-xrpo.sim.runner and stepped by xrpo.algo.alloc_sim: budgets, phases, ICL seeding, the same draws as the library's
-functions, and xrpo-plus's gain on the study's measured rates."""
+"""Tests of xrpo.algo.alloc_sim, the simulator steps of the methods beyond the paper (issue #33), and of their
+registration in xrpo.sim.runner (knapsack, xrpo-plus and its ablations): budgets, phases, ICL seeding, the same
+draws as the library's functions, and xrpo-plus's gain on the study's measured rates."""
 
 from __future__ import annotations
 
