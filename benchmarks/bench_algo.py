@@ -7,6 +7,10 @@ One training step of Algorithm 1 calls, on the host:
     sharpen_advantages (computes the novelty of Eq. (5) itself)                Eqs. (5)-(6)
 `novelty` is also timed alone for reference; it is not added to the step (sharpen_advantages recomputes it).
 
+Beyond the paper (issue #33): xrpo-plus's planning (plan_phases + posterior_allocation per round, from the same
+rounds' rewards, with an 8-rollout earlier visit per prompt) against HRP's planning in the same run, and Knapsack
+RL's allocation of the whole step budget from the earlier visit (knapsack_allocation, no per-prompt cap).
+
 Rewards are Bernoulli with a per-prompt success rate drawn uniformly (about 1/4 of prompts all-wrong or
 all-right, as in training); token log-probs are float32 with completion lengths uniform in [1, T].
 
@@ -32,6 +36,8 @@ import torch
 
 from xrpo.algo.advantages import group_advantages, length_normalized_loglik, novelty, sharpen_advantages
 from xrpo.algo.allocation import allocate_round, plan_phases
+from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.posterior_alloc import posterior_allocation
 
 
 def make_step_inputs(num_prompts: int, per_prompt: int, T: int, seed: int = 0):
@@ -111,6 +117,34 @@ def time_components(inp: dict, backend: str, repeats: int, alloc_mode: str = "pr
     )
     out["step w/o (B,T)"] = out["step"] - out["length_normalized_loglik"]
     return out
+
+
+def time_allocators(inp: dict, repeats: int) -> dict[str, float]:
+    """Planning time of one step (ms): HRP (plan_phases + 2 allocate_round), xrpo-plus (plan_phases + the rewards'
+    counts + 2 posterior_allocation, with an earlier visit of 8 rollouts per prompt) and Knapsack RL (one
+    knapsack_allocation of the whole budget from that visit), interleaved."""
+    rng = np.random.default_rng(1)
+    Q = inp["plan_args"][0]
+    rate = np.array([r.mean() for r in inp["round2"]])
+    hist_n = np.full(Q, 8)
+    hist_k = rng.binomial(hist_n, rate)
+
+    def hrp():
+        plan_phases(*inp["plan_args"])
+        allocate_round(inp["round1"], inp["budgets"][0])
+        allocate_round(inp["round2"], inp["budgets"][1])
+
+    def plus():
+        plan_phases(*inp["plan_args"])
+        for rnd, b in ((inp["round1"], inp["budgets"][0]), (inp["round2"], inp["budgets"][1])):
+            k = np.array([r.sum() for r in rnd])
+            m = np.array([r.shape[0] for r in rnd])
+            posterior_allocation(k, m, b, history_successes=hist_k, history_trials=hist_n)
+
+    def knapsack():
+        knapsack_allocation(hist_k, hist_n, inp["plan_args"][1])
+
+    return interleaved_medians_ms({"hrp": hrp, "xrpo-plus": plus, "knapsack": knapsack}, repeats)
 
 
 def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
@@ -207,6 +241,16 @@ def main() -> None:
         print(
             f"| {n:,} ({q} x {g}) | {r['step']:.2f} | {1e3 * r['step'] / n:.3f} | {r['step w/o (B,T)']:.2f} | "
             f"{1e3 * r['step w/o (B,T)'] / n:.3f} |"
+        )
+    print("\nAllocation beyond the paper (issue #33): planning time per step, ms (median, interleaved):\n")
+    print("| setting | HRP planning | xrpo-plus planning | xrpo-plus / HRP | Knapsack RL (whole budget) |")
+    print("|---|---|---|---|---|")
+    for q, g in settings:
+        inp = make_step_inputs(q, g, 8)
+        r = time_allocators(inp, repeats)
+        print(
+            f"| {q} x {g} ({q * g:,} rollouts) | {r['hrp']:.2f} | {r['xrpo-plus']:.2f} | "
+            f"{r['xrpo-plus'] / r['hrp']:.2f} | {r['knapsack']:.1f} |"
         )
     if args.compare:
         compare_advantages(args.compare, repeats, T)

@@ -39,7 +39,8 @@ seeding of prompts with no success yet); only the split of each round's budget c
    (:func:`xrpo.algo.knapsack.knapsack_dp`), with one reduction that makes it cheap: every mixed prompt gains
    exactly 1 per rollout, so they form one item of value y for y rollouts (any split among them is worth the same;
    they share y evenly, ``split_budget``'s rule) and the DP runs over the all-equal prompts plus that pooled item,
-   on the values G_i(x) - x (the gain over giving those rollouts to the pool); ties go to the pool. Budgets above
+   on the values G_i(x) - x (the gain over giving those rollouts to the pool); ties go to the pool, and when the
+   pool can take the whole budget a prompt whose net gain is never positive is left out of the DP. Budgets above
    ``max_units`` are planned in steps of u = ceil(B / max_units) rollouts for the all-equal prompts (the pool still
    takes any number; what units cannot place goes one rollout at a time to the largest marginal gain); at and below
    ``max_units`` (every round of the study and the SmolLM2 slice) the allocation is exact. A consequence of the
@@ -366,7 +367,14 @@ def _solve(gain_fn, caps_flat: np.ndarray, pool_cap: int, budget: int, unit: int
     # net gain of x rollouts to an all-equal prompt over giving them to the pool: G_i(x) - x
     values[1:] = gain_fn(x) - x[None, :]
     hi = np.concatenate([[min(pool_units, W)], np.minimum(J, W)])
-    j = knapsack_dp(values, B_units, 0, hi)
+    keep = np.ones(hi.shape[0], dtype=bool)
+    if pool_units >= B_units:
+        # the pool can take the whole budget: a prompt with G_i(x) - x <= 0 at every allowed x is left out of the DP
+        # (moving its rollouts to the pool never lowers the total), which leaves it few rows, usually none
+        allowed = np.arange(W + 1)[None, :] <= hi[1:, None]
+        keep[1:] = np.where(allowed, values[1:], -np.inf)[:, 1:].max(axis=1, initial=-np.inf) > 0
+    j = np.zeros(hi.shape[0], dtype=np.int64)
+    j[keep] = knapsack_dp(values[keep], B_units, 0, hi[keep])
     extra, pool = unit * j[1:], unit * int(j[0])
     left = budget - int(extra.sum()) - pool
     to_pool = min(left, pool_cap - pool)
