@@ -268,6 +268,11 @@ def concave_allocation(values, budget: int, n_min=0, n_max=None) -> np.ndarray:
     v, B, lo, hi = _check_problem(values, budget, n_min, n_max)
     if not _is_concave(v, lo, hi):
         raise ValueError("concave_allocation needs values concave in n on [n_min, n_max] (use knapsack_dp)")
+    return _largest_increments(v, B, lo, hi)
+
+
+def _largest_increments(v: np.ndarray, B: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """:func:`concave_allocation` on a checked problem whose rows are known to be concave."""
     R = B - int(lo.sum())
     counts = lo.copy()
     if R == 0:
@@ -317,6 +322,8 @@ def knapsack_allocation(
         raise ValueError(f"budget={B} must lie in [n_min * prompts, n_max * prompts] = [{lo * Q}, {hi * Q}]")
     hi = min(hi, B)
     v = knapsack_values(p, hi)
-    if _is_concave(v, np.full(Q, lo), np.full(Q, hi)):
-        return concave_allocation(v, B, lo, hi)
+    lo_a, hi_a = np.full(Q, lo), np.full(Q, hi)
+    # concave in n for n >= 1 (the module docstring), so no check is needed then; with n_min = 0 it usually is not
+    if lo >= 1 or _is_concave(v, lo_a, hi_a):
+        return _largest_increments(v, B, lo_a, hi_a)
     return knapsack_dp(v, B, lo, hi)

@@ -374,7 +374,10 @@ def _solve(gain_fn, caps_flat: np.ndarray, pool_cap: int, budget: int, unit: int
         allowed = np.arange(W + 1)[None, :] <= hi[1:, None]
         keep[1:] = np.where(allowed, values[1:], -np.inf)[:, 1:].max(axis=1, initial=-np.inf) > 0
     j = np.zeros(hi.shape[0], dtype=np.int64)
-    j[keep] = knapsack_dp(values[keep], B_units, 0, hi[keep])
+    if keep[1:].any():
+        j[keep] = knapsack_dp(values[keep], B_units, 0, hi[keep])
+    else:  # no flat prompt is worth a rollout: the pool takes the budget (the DP's answer, without the DP)
+        j[0] = B_units
     extra, pool = unit * j[1:], unit * int(j[0])
     left = budget - int(extra.sum()) - pool
     to_pool = min(left, pool_cap - pool)
