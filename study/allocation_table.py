@@ -42,6 +42,7 @@ from xrpo.sim.runner import SimConfig, simulate  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ["uniform", "hrp", "hrp-greedy", "knapsack", "xrpo-plus", "oracle"]
 ABLATIONS = [
+    "knapsack-jeffreys",
     "xrpo-plus-no-history",
     "xrpo-plus-batch-prior",
     "xrpo-plus-variance-prior",
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--grid-methods",
         nargs="+",
-        default=MAIN[:-1] + ["xrpo-plus-no-history", "oracle"],
+        default=METHODS,
         choices=METHODS,
         help="methods simulated on the grid (uniform first, oracle included: the ratios need both)",
     )

@@ -15,6 +15,7 @@ from xrpo.sim.runner import SIM_METHODS, SimConfig, simulate
 
 NEW = [
     "knapsack",
+    "knapsack-jeffreys",
     "xrpo-plus",
     "xrpo-plus-no-history",
     "xrpo-plus-batch-prior",

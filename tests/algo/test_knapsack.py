@@ -165,16 +165,29 @@ def test_knapsack_allocation_hand():
     assert_array_equal(knapsack_allocation([4, 3], [8, 9], 4), [2, 2])
 
 
-def test_never_solved_prompts_keep_a_value_through_the_fallback():
-    # a mixed last visit (4 of 8, p = 1/2) and a never-solved one (0 of 8: Jeffreys p = 1/18, InfoGain
-    # w = (1/18)(17/18)^2). Increments from n to n + 1, w p q (p^(n-1) + q^(n-1)):
+def test_leftover_fallback_gives_never_solved_prompts_what_the_others_cannot_take():
+    # 4 of 8 (valued, p = 1/2) and 0 of 8 (never solved: value 0, n_min = 2). Budget 12: the valued prompt takes
+    # all it can, 12 - 2 = 10 -> (10, 2); capped at n_max = 6 it takes 6 and the 4 left go to the never-solved one
+    assert_array_equal(knapsack_allocation([4, 0], [8, 8], 12), [10, 2])
+    assert_array_equal(knapsack_allocation([4, 0], [8, 8], 12, n_max=6), [6, 6])
+    # + an always-solved prompt (8 of 8), budget 18, n_max 6: valued 6; the 18 - 6 - 2 - 2 = 8 left go to the
+    # never-solved prompt first (+4, to its cap) and then to the always-solved one (+4)
+    assert_array_equal(knapsack_allocation([4, 0, 8], [8, 8, 8], 18, n_max=6), [6, 6, 6])
+    # nothing valued: the budget spread evenly over the never-solved prompts
+    assert_array_equal(knapsack_allocation([0, 0], [8, 8], 10), [5, 5])
+    with pytest.raises(ValueError, match="fallback must be 'leftover' or 'jeffreys'"):
+        knapsack_allocation([0], [8], 2, fallback="prior")
+
+
+def test_jeffreys_fallback_values_never_solved_prompts():
+    # fallback="jeffreys": 0 of 8 is valued at p = 1/18, InfoGain w = (1/18)(17/18)^2. Increments from n to n + 1,
+    # w p q (p^(n-1) + q^(n-1)):
     #   p = 1/2:  2^-(n+3)               -> n = 2..6: 1/32, 1/64, 1/128, 1/256, 1/512 = 0.00195312
     #   p = 1/18: w (17/324) (...)       -> n = 2..6: 0.0026001, 0.0023272, 0.0021908, 0.0020687, 0.0019537
     # budget 12 = 2 + 2 + 8: the 8 largest are p = 1/2's first four and p = 1/18's first four -> (6, 6);
     # budget 13: the 9th is p = 1/18's 0.0019537 > p = 1/2's 0.0019531 -> (6, 7)
-    assert_array_equal(knapsack_allocation([4, 0], [8, 8], 12), [6, 6])
-    assert_array_equal(knapsack_allocation([4, 0], [8, 8], 13), [6, 7])
-    # (with the raw rate 0 instead, the never-solved prompt would be worth 0 at any count and stay at n_min = 2)
+    assert_array_equal(knapsack_allocation([4, 0], [8, 8], 12, fallback="jeffreys"), [6, 6])
+    assert_array_equal(knapsack_allocation([4, 0], [8, 8], 13, fallback="jeffreys"), [6, 7])
 
 
 def test_n_min_zero_uses_the_dp_and_matches_brute_force():
@@ -184,7 +197,7 @@ def test_n_min_zero_uses_the_dp_and_matches_brute_force():
         trials = rng.integers(0, 9, Q)
         succ = rng.binomial(trials, rng.random(Q))
         B = int(rng.integers(0, 9))
-        n = knapsack_allocation(succ, trials, B, n_min=0)
+        n = knapsack_allocation(succ, trials, B, n_min=0, fallback="jeffreys")
         v = knapsack_values(last_visit_rate(succ, trials), B)
         assert n.sum() == B
         assert _total(v, n) == pytest.approx(_brute_force(v, B, 0, B), abs=1e-15)

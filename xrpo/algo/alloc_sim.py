@@ -63,12 +63,19 @@ def neighbor_rates(p, rng: np.random.Generator) -> np.ndarray:
 
 
 def knapsack_step(
-    p, budget: int, rng: np.random.Generator, *, last_visit: int = 8, n_min: int = 2, n_max: int | None = None
+    p,
+    budget: int,
+    rng: np.random.Generator,
+    *,
+    last_visit: int = 8,
+    n_min: int = 2,
+    n_max: int | None = None,
+    fallback: str = "leftover",
 ) -> StepOutcome:
     """Knapsack RL's step: the last visit drawn (:func:`last_visit_draw`), counts from ``knapsack_allocation``,
     rewards of the one batch ~ Binomial(counts, p)."""
     hk, hn = last_visit_draw(p, last_visit, rng)
-    counts = knapsack_allocation(hk, hn, budget, n_min=n_min, n_max=n_max)
+    counts = knapsack_allocation(hk, hn, budget, n_min=n_min, n_max=n_max, fallback=fallback)
     return fixed_outcome(p, counts, rng)
 
 

@@ -18,10 +18,14 @@ offline), not from its code. What is implemented, and which choices are ours:
     * **never seen** (n = 0): ``prior_rate`` if given, else the pooled rate sum k / sum n of the batch's prompts that
       were seen (the batch's best guess of an unseen prompt's rate), else 1/2;
     * **never solved** (0 of n; the issue's "fallback for prompts never solved") and **always solved** (n of n):
-      the raw rate 0 or 1 would make the value 0 at every n, so such a prompt would be left at ``n_min`` whatever
-      the budget. We replace it by the Jeffreys posterior mean, (k + 1/2) / (n + 1): 1 / (2 (n + 1)) for 0 of n
-      (0.056 after 0 of 8), one minus that for n of n. Such a prompt keeps a small, positive value that decreases
-      with the evidence: it is explored when the budget is loose, and never before a prompt with a mixed last visit.
+      the value formula gives them 0 at every n. ``fallback="leftover"`` (default) keeps that: they get ``n_min``,
+      the knapsack places the rest over the other prompts, and only what those cannot take (their ``n_max``) goes
+      to the never-solved prompts, evenly, then to the always-solved ones. ``fallback="jeffreys"`` values them
+      instead at the Jeffreys posterior mean, (k + 1/2) / (n + 1) (1/18 after 0 of 8), so they compete in the
+      knapsack. Measured in the simulator (docs/results.md, "Allocation beyond the paper"), "jeffreys" is much
+      worse: a rate of 1/18 has increments that decay slowly ((17/18)^n), so once the mixed prompts' increments
+      fall below them, the knapsack pours rollouts into prompts that are mostly at p = 0 (on
+      ``0.4*0 + 0.6*beta(3,1.5)``: 0.77x uniform's informative rollouts against 1.68x with "leftover").
 - **Bounds.** ``n_min`` (default 2, the least group that can have a reward variance; the paper keeps a lower bound
   so that every prompt of the batch stays in the update) and ``n_max`` (default: no bound but the budget).
 - **Solver.** :func:`knapsack_dp` is the dynamic program over (prompt, budget) pairs, exact for any values. For
@@ -39,6 +43,7 @@ import math
 
 import numpy as np
 
+from xrpo.algo.allocation import split_budget
 from xrpo.algo.simulate import nonzero_variance_prob
 
 __all__ = [
@@ -130,10 +135,10 @@ def knapsack_values(p, n_max: int) -> np.ndarray:
 
 
 def last_visit_rate(successes, trials, prior_rate: float | None = None) -> np.ndarray:
-    """Knapsack RL's estimate of each prompt's success rate from its last visit, with our fallbacks.
+    """Knapsack RL's estimate of each prompt's success rate from its last visit.
 
     k / n for a mixed last visit (0 < k < n); the Jeffreys posterior mean (k + 1/2) / (n + 1) for 0 of n and n of n
-    (never / always solved: the raw 0 or 1 would give the prompt no value at any count); ``prior_rate`` for a prompt
+    (never / always solved: the estimate ``fallback="jeffreys"`` values them at); ``prior_rate`` for a prompt
     never seen (n = 0), by default the pooled rate sum k / sum n of the seen prompts, 1/2 if none was seen (or if the
     pooled rate is 0 or 1, which would make every unseen prompt worthless).
 
@@ -295,13 +300,23 @@ def _largest_increments(v: np.ndarray, B: int, lo: np.ndarray, hi: np.ndarray) -
 
 
 def knapsack_allocation(
-    successes, trials, budget: int, *, n_min: int = 2, n_max: int | None = None, prior_rate: float | None = None
+    successes,
+    trials,
+    budget: int,
+    *,
+    n_min: int = 2,
+    n_max: int | None = None,
+    prior_rate: float | None = None,
+    fallback: str = "leftover",
 ) -> np.ndarray:
     """Knapsack RL's rollout counts for a batch, from each prompt's last visit (the module docstring's rule).
 
     Estimates p_i with :func:`last_visit_rate`, tabulates :func:`knapsack_values` and solves the knapsack exactly:
-    with :func:`concave_allocation` when every row is concave on [n_min, n_max] (always for n_min >= 1), else with
-    :func:`knapsack_dp`.
+    by the largest increments (:func:`concave_allocation`'s rule) when every row is concave on [n_min, n_max]
+    (always for n_min >= 1), else with :func:`knapsack_dp`. With ``fallback="leftover"`` the prompts never or always
+    solved on their last visit stay out of the knapsack at ``n_min`` and take only what the others cannot (never
+    solved first, each share split evenly, ``split_budget``'s rule); with ``"jeffreys"`` they enter it at their
+    Jeffreys estimate.
 
     Args:
         successes, trials: (Q,) the last visit's correct rollouts and rollouts (trials 0: never seen).
@@ -309,11 +324,15 @@ def knapsack_allocation(
         n_min: fewest rollouts per prompt, integer >= 0 (default 2).
         n_max: most rollouts per prompt, integer >= n_min, or None (the budget).
         prior_rate: p of a never-seen prompt (None: the seen prompts' pooled rate).
+        fallback: "leftover" or "jeffreys" (the module docstring).
 
     Returns:
         int64 array (Q,) summing to ``budget``.
     """
+    if fallback not in ("leftover", "jeffreys"):
+        raise ValueError(f"fallback must be 'leftover' or 'jeffreys', got {fallback!r}")
     p = last_visit_rate(successes, trials, prior_rate)
+    k, n = np.asarray(successes, dtype=np.float64), np.asarray(trials, dtype=np.float64)
     B = _int(budget, "budget", 0)
     lo = _int(n_min, "n_min", 0)
     hi = B if n_max is None else _int(n_max, "n_max", lo)
@@ -321,9 +340,29 @@ def knapsack_allocation(
     if not lo * Q <= B <= hi * Q:
         raise ValueError(f"budget={B} must lie in [n_min * prompts, n_max * prompts] = [{lo * Q}, {hi * Q}]")
     hi = min(hi, B)
-    v = knapsack_values(p, hi)
-    lo_a, hi_a = np.full(Q, lo), np.full(Q, hi)
-    # concave in n for n >= 1 (the module docstring), so no check is needed then; with n_min = 0 it usually is not
-    if lo >= 1 or _is_concave(v, lo_a, hi_a):
-        return _largest_increments(v, B, lo_a, hi_a)
-    return knapsack_dp(v, B, lo, hi)
+    never = (n > 0) & (k == 0)
+    always = (n > 0) & (k == n)
+    valued = ~(never | always) if fallback == "leftover" else np.ones(Q, dtype=bool)
+    counts = np.full(Q, lo, dtype=np.int64)
+    # the valued prompts take all they can: each increment of their value is > 0
+    B_v = min(B - lo * int((~valued).sum()), hi * int(valued.sum()))
+    if valued.any():
+        v = knapsack_values(p[valued], hi)
+        Qv = int(valued.sum())
+        lo_a, hi_a = np.full(Qv, lo), np.full(Qv, hi)
+        # concave in n for n >= 1 (the module docstring), so no check is needed then; with n_min = 0 it usually is not
+        if lo >= 1 or _is_concave(v, lo_a, hi_a):
+            counts[valued] = _largest_increments(v, B_v, lo_a, hi_a)
+        else:
+            counts[valued] = knapsack_dp(v, B_v, lo, hi)
+    left = B - int(counts.sum())
+    for group in (never, always):  # the fallback: what the valued prompts cannot take, never-solved prompts first
+        idx = np.flatnonzero(group & ~valued)
+        if left == 0 or idx.shape[0] == 0:
+            continue
+        take = min(left, (hi - lo) * idx.shape[0])
+        counts[idx] += split_budget(np.zeros(idx.shape[0]), take, max_per_prompt=hi - lo)
+        left -= take
+    if left != 0:  # unreachable: lo * Q <= B <= hi * Q
+        raise RuntimeError(f"knapsack_allocation: {left} rollouts left unplaced")
+    return counts

@@ -121,7 +121,8 @@ class SimConfig:
     """Methods to simulate: uniform (GRPO, one batch), hrp (XRPO's proportional HRP), hrp-greedy, no-hrp (the same
     rounds split evenly: the w/o-HRP ablation), cures, dapo (dynamic sampling), oracle (best fixed allocation for
     informative rollouts, given the true rates), oracle-groups (best fixed allocation for non-zero-gradient groups);
-    beyond the paper (issue #33, docs/methods.md): knapsack (Knapsack RL from each prompt's last visit), xrpo-plus
+    beyond the paper (issue #33, docs/methods.md): knapsack (Knapsack RL from each prompt's last visit;
+    knapsack-jeffreys: never-solved prompts valued at a Jeffreys estimate instead of 0), xrpo-plus
     (phases split by the posterior planner: Beta(1, 1) prior, the last visit, the step's rewards) and its ablations
     xrpo-plus-no-history, xrpo-plus-batch-prior and xrpo-plus-variance-prior (prior fitted to the batch, matching
     its flat groups or its variance), xrpo-plus-batch-prior-no-history, xrpo-plus-neighbors (+ a neighbour's rate
@@ -622,6 +623,11 @@ def _oracle_groups(ctx, p, rng):
 @register_sim_method("knapsack")
 def _knapsack(ctx, p, rng):
     return knapsack_step(p, ctx.cfg.rollouts, rng, last_visit=ctx.cfg.last_visit)
+
+
+@register_sim_method("knapsack-jeffreys")
+def _knapsack_jeffreys(ctx, p, rng):
+    return knapsack_step(p, ctx.cfg.rollouts, rng, last_visit=ctx.cfg.last_visit, fallback="jeffreys")
 
 
 def _xrpo_plus(ctx, p, rng, history: bool = True, prior: str = "flat", neighbors: bool = False):
