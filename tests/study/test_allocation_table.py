@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.study.conftest import STUDY
-from xrpo.algo.simulate import mixture_moment, mixture_zero_variance_share
+from xrpo.sim.model import mixture_moment, mixture_zero_variance_share
 from xrpo.sim.runner import SimConfig, parse_mixture, simulate
 
 

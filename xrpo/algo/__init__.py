@@ -12,6 +12,5 @@ Submodules (import them directly; this package imports nothing so that each stay
     knapsack     Knapsack RL's allocation (Li et al. 2026): value P(non-zero gradient) x p(1-p)^2, exact DP over
                  (prompt, budget), estimate of p from a prompt's last visit (issue #33, beyond the paper)
     posterior_alloc  xrpo-plus: a planning round placed by a Beta posterior's expected informative rollouts (#33)
-    alloc_sim    the allocation simulator's steps of those two rules
     presets      named methods (grpo, dapo, gspo, dr_grpo, xrpo, ablations) as knob values with their sources
 """

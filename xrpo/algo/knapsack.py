@@ -44,7 +44,7 @@ import math
 import numpy as np
 
 from xrpo.algo.allocation import split_budget
-from xrpo.algo.simulate import nonzero_variance_prob
+from xrpo.algo.signal import nonzero_variance_prob
 
 __all__ = [
     "concave_allocation",

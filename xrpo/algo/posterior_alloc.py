@@ -145,7 +145,7 @@ def fit_beta_prior(
     graded prompts' (about 0.2 on the study's rates instead of the 0.06 the true mixture gives), so the planner
     bets rollouts on prompts that will not be solved. Matching the flat share puts the prior's mass where the flat
     groups are. Why moments at all: closed form or a 1-D bisection (microseconds to a fraction of a millisecond,
-    inside a planning round); a maximum-likelihood mixture fit (``xrpo.algo.simulate.fit_success_rate_mixture``)
+    inside a planning round); a maximum-likelihood mixture fit (``xrpo.sim.model.fit_success_rate_mixture``)
     needs an iterative solver from several starts.
 
     s is kept in [min_strength, max_strength]. Fewer than two prompts with n_i >= 2 (variance: with n_i >= 1), or

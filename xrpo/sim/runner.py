@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from xrpo.algo.alloc_sim import knapsack_step, posterior_step
 from xrpo.algo.allocation import plan_phases
 from xrpo.algo.rounds import cures_select, one_batch_counts
 from xrpo.algo.signal import nonzero_variance_prob, oracle_allocation
 from xrpo.algo.simulate import mean_ci, ratio_ci
+from xrpo.sim.alloc_sim import knapsack_step, posterior_step
 from xrpo.sim.latency import latency_ratio, phase_latency, round_latency, stream_latency
 from xrpo.sim.model import (
     StepOutcome,
@@ -418,7 +418,7 @@ def _oracle_groups(ctx, p, rng):
     return fixed_outcome(p, oracle_allocation(p, c.rollouts, n_min, "groups"), rng)
 
 
-# beyond the paper (issue #33): thin wrappers over xrpo.algo.alloc_sim, which holds the steps
+# beyond the paper (issue #33): thin wrappers over xrpo.sim.alloc_sim, which holds the steps
 
 
 @register_sim_method("knapsack")

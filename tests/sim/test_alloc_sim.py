@@ -1,4 +1,4 @@
-"""Tests of xrpo.algo.alloc_sim, the simulator steps of the methods beyond the paper (issue #33), and of their
+"""Tests of xrpo.sim.alloc_sim, the simulator steps of the methods beyond the paper (issue #33), and of their
 registration in xrpo.sim.runner (knapsack, xrpo-plus and its ablations): budgets, phases, ICL seeding, the same
 draws as the library's functions, and xrpo-plus's gain on the study's measured rates."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from xrpo.algo.alloc_sim import knapsack_step, last_visit_draw, posterior_step
 from xrpo.algo.knapsack import knapsack_allocation
 from xrpo.algo.posterior_alloc import posterior_allocation
+from xrpo.sim.alloc_sim import knapsack_step, last_visit_draw, posterior_step
 from xrpo.sim.runner import SIM_METHODS, SimConfig, simulate
 
 NEW = [

@@ -1,6 +1,6 @@
 """The allocation simulator's steps for the rules beyond the paper (issue #33): Knapsack RL and xrpo-plus.
 
-Same model as ``xrpo.algo.simulate`` (every rollout of prompt q a Bernoulli(p_q) reward; an ICL-seeded one
+Same model as `xrpo.sim.model` (every rollout of prompt q a Bernoulli(p_q) reward; an ICL-seeded one
 Bernoulli(p_icl)); each function returns that module's ``StepOutcome``, so ``step_metrics`` reports it like any
 other method. What these rules see that the paper's do not is modelled as follows (our choices):
 
@@ -26,7 +26,7 @@ import numpy as np
 from xrpo.algo.allocation import plan_phases
 from xrpo.algo.knapsack import knapsack_allocation
 from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
-from xrpo.algo.simulate import StepOutcome, fixed_outcome
+from xrpo.sim.model import StepOutcome, fixed_outcome
 
 __all__ = ["NEIGHBOR_NOISE", "knapsack_step", "last_visit_draw", "neighbor_rates", "posterior_step"]
 
