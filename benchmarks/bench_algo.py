@@ -7,6 +7,11 @@ One training step of Algorithm 1 calls, on the host:
     sharpen_advantages (computes the novelty of Eq. (5) itself)                Eqs. (5)-(6)
 `novelty` is also timed alone for reference; it is not added to the step (sharpen_advantages recomputes it).
 
+Beyond the paper (issue #33): xrpo-plus's planning (plan_phases + posterior_allocation per round, from the same
+rounds' rewards, with an 8-rollout earlier visit per prompt) against HRP's planning in the same run, and Knapsack
+RL's allocation of the whole step budget from the earlier visit (knapsack_allocation, capped at 4x the even share
+per prompt: its value table has one column per count, so no cap would mean Q x B entries).
+
 Rewards are Bernoulli with a per-prompt success rate drawn uniformly (about 1/4 of prompts all-wrong or
 all-right, as in training); token log-probs are float32 with completion lengths uniform in [1, T].
 
@@ -32,6 +37,8 @@ import torch
 
 from xrpo.algo.advantages import group_advantages, length_normalized_loglik, novelty, sharpen_advantages
 from xrpo.algo.allocation import allocate_round, plan_phases
+from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.posterior_alloc import posterior_allocation
 
 
 def make_step_inputs(num_prompts: int, per_prompt: int, T: int, seed: int = 0):
@@ -113,6 +120,34 @@ def time_components(inp: dict, backend: str, repeats: int, alloc_mode: str = "pr
     return out
 
 
+def time_allocators(inp: dict, repeats: int) -> dict[str, float]:
+    """Planning time of one step (ms): HRP (plan_phases + 2 allocate_round), xrpo-plus (plan_phases + the rewards'
+    counts + 2 posterior_allocation, with an earlier visit of 8 rollouts per prompt) and Knapsack RL (one
+    knapsack_allocation of the whole budget from that visit, n_max = 4 B / Q), interleaved."""
+    rng = np.random.default_rng(1)
+    Q = inp["plan_args"][0]
+    rate = np.array([r.mean() for r in inp["round2"]])
+    hist_n = np.full(Q, 8)
+    hist_k = rng.binomial(hist_n, rate)
+
+    def hrp():
+        plan_phases(*inp["plan_args"])
+        allocate_round(inp["round1"], inp["budgets"][0])
+        allocate_round(inp["round2"], inp["budgets"][1])
+
+    def plus():
+        plan_phases(*inp["plan_args"])
+        for rnd, b in ((inp["round1"], inp["budgets"][0]), (inp["round2"], inp["budgets"][1])):
+            k = np.array([r.sum() for r in rnd])
+            m = np.array([r.shape[0] for r in rnd])
+            posterior_allocation(k, m, b, history_successes=hist_k, history_trials=hist_n)
+
+    def knapsack():
+        knapsack_allocation(hist_k, hist_n, inp["plan_args"][1], n_max=4 * inp["plan_args"][1] // Q)
+
+    return interleaved_medians_ms({"hrp": hrp, "xrpo-plus": plus, "knapsack": knapsack}, repeats)
+
+
 def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
     """Time the four functions of this tree's `xrpo.algo.advantages` and of ``old_tree``'s, interleaved, and check
     that both give the same numbers. The other file is loaded by path under another module name; it may import only
@@ -153,30 +188,8 @@ def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
     print("\n(outputs of old and new identical, bit for bit)")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes and 3 repeats (sanity run)")
-    ap.add_argument("--repeats", type=int, default=None, help="timed repeats per figure (median; default 15)")
-    ap.add_argument("--tokens", type=int, default=512, help="T, tokens per completion in the log-prob tensor")
-    ap.add_argument(
-        "--compare",
-        metavar="OLD_TREE",
-        default=None,
-        help="also time another checkout's xrpo/algo/advantages.py against this one (before/after)",
-    )
-    args = ap.parse_args()
-    repeats = args.repeats or (3 if args.quick else 15)
-    T = 64 if args.quick else args.tokens
-    settings = [(16, 32), (64, 32)] if args.quick else [(64, 256), (1024, 64)]
-    scaling = [(16, 8), (16, 16), (16, 32)] if args.quick else [(64, 32), (64, 64), (64, 128), (64, 256)]
-
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}; "
-        f"T = {T} tokens; median of {repeats} interleaved repeats; times in ms; "
-        f"load average at start {os.getloadavg()[0]:.2f}\n"
-    )
-
+def step_tables(settings, scaling, repeats: int, T: int) -> None:
+    """The per-step tables: each component per setting and backend, then the scaling in the number of rollouts."""
     cols = [
         "planning",
         "group_advantages",
@@ -207,6 +220,45 @@ def main() -> None:
         print(
             f"| {n:,} ({q} x {g}) | {r['step']:.2f} | {1e3 * r['step'] / n:.3f} | {r['step w/o (B,T)']:.2f} | "
             f"{1e3 * r['step w/o (B,T)'] / n:.3f} |"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes and 3 repeats (sanity run)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed repeats per figure (median; default 15)")
+    ap.add_argument("--tokens", type=int, default=512, help="T, tokens per completion in the log-prob tensor")
+    ap.add_argument("--allocation-only", action="store_true", help="only the issue #33 planning-time table")
+    ap.add_argument(
+        "--compare",
+        metavar="OLD_TREE",
+        default=None,
+        help="also time another checkout's xrpo/algo/advantages.py against this one (before/after)",
+    )
+    args = ap.parse_args()
+    repeats = args.repeats or (3 if args.quick else 15)
+    T = 64 if args.quick else args.tokens
+    settings = [(16, 32), (64, 32)] if args.quick else [(64, 256), (1024, 64)]
+    scaling = [(16, 8), (16, 16), (16, 32)] if args.quick else [(64, 32), (64, 64), (64, 128), (64, 256)]
+
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy {np.__version__}; "
+        f"T = {T} tokens; median of {repeats} interleaved repeats; times in ms; "
+        f"load average at start {os.getloadavg()[0]:.2f}\n"
+    )
+
+    if not args.allocation_only:
+        step_tables(settings, scaling, repeats, T)
+    print("\nAllocation beyond the paper (issue #33): planning time per step, ms (median, interleaved):\n")
+    print("| setting | HRP planning | xrpo-plus planning | xrpo-plus / HRP | Knapsack RL (whole budget, n_max 4 B/Q) |")
+    print("|---|---|---|---|---|")
+    for q, g in settings:
+        inp = make_step_inputs(q, g, 8)
+        r = time_allocators(inp, repeats)
+        print(
+            f"| {q} x {g} ({q * g:,} rollouts) | {r['hrp']:.2f} | {r['xrpo-plus']:.2f} | "
+            f"{r['xrpo-plus'] / r['hrp']:.2f} | {r['knapsack']:.1f} |"
         )
     if args.compare:
         compare_advantages(args.compare, repeats, T)

@@ -34,7 +34,7 @@ BAD = [
     ("kl_coef", math.nan, "must be a number >= 0"),
     ("kl_estimator", "k9", "must be one of"),
     ("adv_scale", "mad", "must be one of std or none"),
-    ("allocation", "random", "must be one of hrp, uniform or cures"),
+    ("allocation", "random", "must be one of hrp, uniform, cures, knapsack or xrpo-plus"),
     ("n_base", 1, r"must be >= 2 \(the t quantile needs n >= 2\)"),
     ("n_base", 2.0, "must be an int >= 2"),
     ("n_base", True, "must be an int >= 2"),

@@ -48,6 +48,8 @@ EXPECTED_PRESETS = {
     "treepo-sampling",
     "treepo",
     "cures",
+    "knapsack",
+    "xrpo-plus",
 }
 
 
@@ -63,7 +65,7 @@ VALID = {
     "loss_agg": lambda v: v in AGG_MODES,
     "kl_coef": lambda v: _is_real(v) and v >= 0,
     "kl_estimator": lambda v: v in KL_ESTIMATORS,
-    "allocation": lambda v: v in ("uniform", "hrp", "cures"),
+    "allocation": lambda v: v in ("uniform", "hrp", "cures", "knapsack", "xrpo-plus"),
     "n_base": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
     "plan_rounds": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
     "alpha": lambda v: _is_real(v) and 0 < v < 0.5,
@@ -315,3 +317,15 @@ def test_cures_preset():
     assert "xrpo default" in src["cures_min_count"]
     # CurES's values are the defaults, used by allocation=cures only
     assert "CurES's value (used with allocation='cures')" in preset_sources("xrpo")["cures_temp_scale"]
+
+
+def test_allocation_beyond_the_paper_presets():
+    # knapsack is GRPO with Knapsack RL's counts; xrpo-plus is XRPO with the posterior planner and n_base 2 (the
+    # planner's choice, measured in the simulator), every other knob as xrpo
+    assert _diff("knapsack", "grpo") == {"allocation"} and get_preset("knapsack")["allocation"] == "knapsack"
+    assert _diff("xrpo-plus", "xrpo") == {"allocation", "n_base"}
+    p = get_preset("xrpo-plus")
+    assert p["allocation"] == "xrpo-plus" and p["n_base"] == 2 and p["icl"] and p["sharpen"]
+    assert "2509.25849" in preset_sources("knapsack")["allocation"]
+    src = preset_sources("xrpo-plus")
+    assert "posterior_alloc" in src["allocation"] and "1.344" in src["n_base"] and "1.397" in src["n_base"]

@@ -9,10 +9,13 @@ import pytest
 from xrpo.algo.allocation import allocate_round, split_budget
 from xrpo.algo.config import AllocationConfig, CuresConfig, check_knobs
 from xrpo.algo.cures import beta_posterior, gradient_std, posterior_mean, rollout_counts
+from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.posterior_alloc import posterior_allocation
 from xrpo.algo.rounds import (
     ALLOCATORS,
     PromptHistory,
     allocator_names,
+    batch_counts,
     cures_select,
     get_allocator,
     is_nonuniform,
@@ -27,8 +30,8 @@ from xrpo.algo.rounds import (
 
 def test_registry_lists_valid_names_and_refuses_a_duplicate():
     assert {"hrp", "uniform", "cures"} <= set(allocator_names())
-    with pytest.raises(ValueError, match="unknown allocation 'knapsack'; valid allocations: hrp, uniform, cures"):
-        get_allocator("knapsack")
+    with pytest.raises(ValueError, match="unknown allocation 'ppo'; valid allocations: hrp, uniform, cures, knapsack"):
+        get_allocator("ppo")
     with pytest.raises(ValueError, match="allocator 'hrp' is already registered"):
         register_allocator("hrp")(lambda rewards, budget, knobs, history: np.zeros(len(rewards), dtype=np.int64))
 
@@ -57,7 +60,9 @@ def test_a_registered_allocator_is_a_valid_allocation_with_history():
         assert plan.seed.tolist() == [False, True, False] and plan.nonuniform
     finally:
         del ALLOCATORS["least-visited"]
-    with pytest.raises(ValueError, match="allocation must be one of hrp, uniform or cures, got 'least-visited'"):
+    with pytest.raises(
+        ValueError, match="allocation must be one of hrp, uniform, cures, knapsack or xrpo-plus, got .least-visited."
+    ):
         check_knobs(AllocationConfig(allocation="least-visited"))
 
 
@@ -95,6 +100,8 @@ def test_plans_rounds_decides_one_batch_in_one_place():
     assert not plans_rounds("uniform", icl=False)  # GRPO: nothing to plan, one batch
     assert plans_rounds("uniform", icl=True)  # the w/o-HRP ablation: rounds route unsolved prompts to ICL
     assert not plans_rounds("cures", icl=False) and not plans_rounds("cures", icl=True)  # the caller's counts
+    assert not plans_rounds("knapsack", icl=False)  # Knapsack RL: the whole budget in one batch, from history
+    assert plans_rounds("xrpo-plus", icl=False) and plans_rounds("xrpo-plus", icl=True)
 
 
 def test_cures_select_is_the_posterior_composition_and_the_cures_allocator_its_counts():
@@ -122,3 +129,69 @@ def test_refill_by_hand():
     assert refill_keep(rewards, groups, kept=0, want=4).tolist() == [1, 3]
     assert refill_keep(rewards, groups, kept=3, want=4).tolist() == [1]  # one slot left: the lowest id
     assert refill_more(3, 4, 1, 2) and not refill_more(4, 4, 1, 2) and not refill_more(3, 4, 2, 2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# beyond the paper (issue #33): knapsack and xrpo-plus as registered allocators
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_knapsack_and_xrpo_plus_are_registered_with_their_flags():
+    k, x = get_allocator("knapsack"), get_allocator("xrpo-plus")
+    assert (k.adaptive, k.selects_prompts, k.uses_history) == (False, False, True)
+    assert (x.adaptive, x.selects_prompts, x.uses_history) == (True, False, True)
+    assert not get_allocator("hrp").uses_history and not get_allocator("uniform").uses_history
+    check_knobs(AllocationConfig(allocation="knapsack"))
+    check_knobs(AllocationConfig(allocation="xrpo-plus"))
+
+
+def test_batch_counts_is_knapsack_from_history_and_grpo_otherwise():
+    hist = PromptHistory(np.array([0, 2, 4, 7, 0]), np.array([8, 8, 8, 8, 0]))
+    knobs = AllocationConfig(allocation="knapsack")
+    got = batch_counts(knobs, 5, 40, hist)
+    # the whole budget, n_min 2 (40 // 5 = 8 >= 2), no cap: knapsack_allocation itself
+    assert got.tolist() == knapsack_allocation(hist.successes, hist.trials, 40, n_min=2).tolist()
+    assert got.sum() == 40 and got.min() >= 2 and len(set(got.tolist())) > 1
+    # no history: every prompt unseen at the same prior rate, so equal values: an even split
+    assert batch_counts(knobs, 5, 40, None).tolist() == [8] * 5
+    # a budget under 2 per prompt lowers n_min to the even share (here 1)
+    assert batch_counts(knobs, 5, 7, hist).sum() == 7
+    # GRPO (uniform) and the adaptive allocators' one batch: the even split, whatever the history
+    for name in ("uniform", "hrp", "xrpo-plus"):
+        assert batch_counts(AllocationConfig(allocation=name), 3, 10, None).tolist() == [4, 3, 3]
+
+
+def test_the_xrpo_plus_allocator_is_posterior_allocation_on_the_step_and_history():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        P = int(rng.integers(1, 7))
+        rewards = [rng.integers(0, 2, int(rng.integers(1, 5))).astype(np.float64) for _ in range(P)]
+        hn = rng.integers(0, 6, P)
+        hist = PromptHistory(rng.binomial(hn, 0.5), hn)
+        budget = int(rng.integers(0, 20))
+        cap = None if rng.random() < 0.5 else int(rng.integers(budget // P + 1, budget + 2))
+        knobs = AllocationConfig(allocation="xrpo-plus", max_extra_per_prompt=cap)
+        k = np.array([int((r >= 1.0).sum()) for r in rewards])
+        m = np.array([len(r) for r in rewards])
+        want = posterior_allocation(
+            k, m, budget, history_successes=hist.successes, history_trials=hist.trials, max_per_prompt=cap
+        )
+        assert plan_round(rewards, budget, knobs, icl=False, full_reward=1.0, history=hist).alloc.tolist() == (
+            want.tolist()
+        )
+        # without history: the step's rewards alone
+        alone = posterior_allocation(k, m, budget, max_per_prompt=cap)
+        assert get_allocator("xrpo-plus").fn(rewards, budget, knobs, None).tolist() == alone.tolist()
+
+
+def test_xrpo_plus_uses_the_history_and_seeds_unsolved_prompts():
+    # two prompts at 0 of 2 this step: one solved 4 of 8 on its last visit, one 0 of 8. The posterior of the first
+    # (Beta(1 + 4, 1 + 2 + 4)) expects a success, the second's (Beta(1, 1 + 2 + 8)) hardly: the round goes to the
+    # first, and with ICL on both prompts given rollouts are seeded (no success so far)
+    rewards = [np.zeros(2), np.zeros(2)]
+    knobs = AllocationConfig(allocation="xrpo-plus")
+    hist = PromptHistory(np.array([4, 0]), np.array([8, 8]))
+    plan = plan_round(rewards, 4, knobs, icl=True, full_reward=1.0, history=hist)
+    assert plan.alloc.tolist() == [4, 0] and plan.seed.tolist() == [True, False]
+    swapped = plan_round(rewards, 4, knobs, icl=True, full_reward=1.0, history=PromptHistory(hist[0][::-1], hist[1]))
+    assert swapped.alloc.tolist() == [0, 4]

@@ -89,6 +89,25 @@ def test_observe_hand():
         st.observe([6], [1.0], [0])
 
 
+def test_observe_keep_last_replaces_a_visit_and_mask_leaves_rollouts_out():
+    st = CuresState.new(4, keep="last")
+    # problems [3, 1]: 3 gets [1, 0, 1] (2 of 3), 1 gets [0, 1] with its second rollout masked out (0 of 1)
+    st.observe([3, 1], [1.0, 0.0, 1.0, 0.0, 1.0], [0, 0, 0, 1, 1], mask=np.array([True, True, True, True, False]))
+    assert_array_equal(st.successes, [0, 0, 0, 2])
+    assert_array_equal(st.trials, [0, 1, 0, 3])
+    # the next visit of problem 3 replaces its counts (1 of 2); problem 1, not visited, keeps its own
+    st.observe([3], [0.0, 1.0], [0, 0])
+    assert_array_equal(st.successes, [0, 0, 0, 1])
+    assert_array_equal(st.trials, [0, 1, 0, 2])
+    # a visit whose rollouts are all masked out leaves the problem's last visit as it was
+    st.observe([1], [1.0, 1.0], [0, 0], mask=np.array([False, False]))
+    assert (st.successes[1], st.trials[1]) == (0, 1)
+    with pytest.raises(ValueError, match="mask must be a bool array"):
+        st.observe([1], [1.0], [0], mask=[1])
+    with pytest.raises(ValueError, match="keep must be 'all' or 'last'"):
+        CuresState.new(2, keep="first")
+
+
 def test_selection_prefers_uncertain_problems_with_a_sharp_temperature():
     # problem 0 always solved (8 of 8), 1 never (0 of 8), 2 half (4 of 8): p = [0.9, 0.1, 0.5]
     st = CuresState.new(3, temp_scale=0.05)

@@ -150,6 +150,21 @@ def test_epoch_order_state_round_trip():
     assert b.order.next(4) == a.order.next(4)
 
 
+def test_history_is_kept_only_for_allocators_that_read_it_and_round_trips():
+    assert PlannerSource(ctx()).history is None  # GRPO: no history, the state is the epoch order alone
+    for name in ("knapsack", "xrpo-plus"):
+        c = ctx(plan=PlanConfig(rollouts_per_step=8, icl=False, sharpen=False, allocation=name, n_base=2))
+        a = PlannerSource(c)
+        assert a.history.keep == "last" and a.history.num_problems == len(PROBLEMS)
+        a.history.observe([4, 1], np.array([1.0, 0.0, 1.0]), np.array([0, 0, 1]))
+        b = PlannerSource(c)
+        b.load_state_dict(a.state_dict())
+        np.testing.assert_array_equal(b.history.trials, [0, 1, 0, 0, 2, 0])
+        np.testing.assert_array_equal(b.history.successes, [0, 1, 0, 0, 1, 0])
+        with pytest.raises(ValueError, match="no per-prompt history"):
+            b.load_state_dict({"sampler": {"epoch": 0, "pos": 0}})
+
+
 def test_cures_state_round_trip_and_missing_state():
     m = build_config(None, ["method.name=cures", "method.cures_prior_beta=2"]).method
     a = CuresSource(ctx(), m)

@@ -94,7 +94,9 @@ class AllocationConfig:
     allocation: str = "hrp"
     """Rollout allocation: hrp (XRPO's hierarchical planning, priority Pi_q = Delta_q + phi_q), uniform (the w/o-HRP
     ablation and GRPO), or cures (CurES: prompts drawn from the Beta posterior of their accuracy, rollouts in
-    proportion to the estimated gradient std; the cures_* knobs; the planner generates the counts its caller chose)."""
+    proportion to the estimated gradient std; the cures_* knobs; the planner generates the counts its caller chose);
+    beyond the paper: knapsack (Knapsack RL: the step's budget in one batch from each prompt's last visit) or
+    xrpo-plus (each round split by a Beta posterior's expected informative rollouts, with the last visit)."""
     n_base: int = 4
     """Base rollouts per prompt before planning (paper §4.1: 4); >= 2, the t quantile of Eq. (1) needs n >= 2."""
     plan_rounds: int = 2

@@ -9,8 +9,9 @@ the corresponding XRPO setting.
 
 Presets: ``grpo`` (the XRPO paper's GRPO baseline), ``grpo-deepseekmath`` (GRPO as published), ``dapo``, ``gspo``,
 ``dr_grpo``, ``xrpo``, ``xrpo-gspo``, the ablations of XRPO §4.3 ``xrpo-no-hrp``, ``xrpo-no-icl``, ``xrpo-no-as``,
-``xrpo-no-as-icl``, TreePO's ``treepo-sampling`` (the XRPO paper's TPO-S baseline) and ``treepo``, and the CurES
-baseline ``cures``. docs/methods.md explains each.
+``xrpo-no-as-icl``, TreePO's ``treepo-sampling`` (the XRPO paper's TPO-S baseline) and ``treepo``, the CurES
+baseline ``cures``, and beyond the paper (issue #33) the Knapsack RL baseline ``knapsack`` and xrpo's own planner
+``xrpo-plus``. docs/methods.md explains each.
 """
 
 from __future__ import annotations
@@ -373,6 +374,30 @@ _ABLATION_AS_ICL = (
     'planning as the sole training signal;"'
 )
 
+# beyond the paper (issue #33; docs/methods.md, "Allocation beyond the paper")
+_KNAPSACK_PAPER = (
+    'Li et al. 2026 (Knapsack RL, ICML 2026, arXiv 2509.25849), as issue #33 summarises it: "each prompt is an item '
+    "whose value is the probability of a non-zero gradient at a given group size times an information gain of "
+    "roughly p(1-p)^2, budgets solved by dynamic programming, success rates estimated from the prompt's last visit\"; "
+    'on GRPO, as the paper reports it ("+20-40% non-zero-gradient groups for GRPO"); xrpo.algo.knapsack'
+)
+_KNAPSACK = _derive(_GRPO, allocation=Knob("knapsack", _KNAPSACK_PAPER))
+
+_XRPO_PLUS_PLANNER = (
+    "xrpo (issue #33, item 2): each planning round split where a Beta(1, 1) posterior of the prompt's success rate "
+    "(the step's rewards + the prompt's last visit) expects the most rollouts with a non-zero advantage "
+    "(xrpo.algo.posterior_alloc); every other knob as xrpo"
+)
+_XRPO_PLUS_NBASE = (
+    "xrpo-plus's planner decision, not the paper's n_base = 4: its posterior needs fewer base rollouts than HRP's "
+    "t interval, and what they spare goes to its rounds. In `xrpo simulate` on the study's fitted rates "
+    "(0.2159*0 + 0.0342*1 + 0.7499*beta(1.251,1.151), 16 prompts x 128 rollouts, ICL at mult 0.5, 2,000 steps), "
+    "GRPO's informative rollouts x: with no history (a first epoch) 1.344 +/- 0.012 at n_base 2, 1.275 at 3, "
+    "1.213 at 4; with a last visit of 8 rollouts 1.437 +/- 0.013 at 2, 1.367 at 3 (Knapsack RL 1.397 +/- 0.012). "
+    "2 is the least n_base the config allows"
+)
+_XRPO_PLUS = _derive({}, allocation=Knob("xrpo-plus", _XRPO_PLUS_PLANNER), n_base=Knob(2, _XRPO_PLUS_NBASE))
+
 _TREEPO_SAMPLING = _derive(
     _GRPO,
     sampler=Knob("tree", _TPO_S + " " + _TREEPO + " §2.2, Algorithm 1 (Tree-based Sampling)"),
@@ -395,6 +420,8 @@ PRESETS: dict[str, dict[str, Knob]] = {
     "xrpo-no-as-icl": _derive({}, icl=Knob(False, _ABLATION_AS_ICL), sharpen=Knob(False, _ABLATION_AS_ICL)),
     "treepo-sampling": _TREEPO_SAMPLING,
     "treepo": _TREEPO_FULL,
+    "knapsack": _KNAPSACK,
+    "xrpo-plus": _XRPO_PLUS,
 }
 """Each preset's changes from the defaults (`DEFAULTS`), in `KNOB_NAMES` order."""
 

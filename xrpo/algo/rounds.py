@@ -24,9 +24,19 @@ An allocator is ``fn(rewards, budget, knobs, history) -> counts``:
               for an allocator that carries a prior across steps; None when the caller keeps no history
     returns   int64 (P,) extra rollouts per prompt, summing to ``budget``
 
-registered with ``@register_allocator(name, adaptive=..., selects_prompts=...)``: ``adaptive`` says it reads the
-rewards so far (worth planning rounds for), ``selects_prompts`` that the caller also chooses the step's prompts with
-it and hands the planner its counts (CurES). An unknown name raises listing the valid ones; a duplicate raises.
+registered with ``@register_allocator(name, adaptive=..., selects_prompts=..., uses_history=...)``: ``adaptive``
+says it reads the rewards so far (worth planning rounds for), ``selects_prompts`` that the caller also chooses the
+step's prompts with it and hands the planner its counts (CurES), ``uses_history`` that it reads ``history`` (the
+trainer then keeps each training problem's last visit and checkpoints it; a non-adaptive one also sizes the one
+batch of a step, `batch_counts`). An unknown name raises listing the valid ones; a duplicate raises.
+
+Beyond the paper (issue #33, docs/methods.md "Allocation beyond the paper"):
+
+    knapsack    Knapsack RL (Li et al. 2026): the step's whole budget in one batch, from each prompt's last visit
+                (`xrpo.algo.knapsack.knapsack_allocation`); adaptive=False, uses_history=True
+    xrpo-plus   a planning round split where a Beta posterior (Beta(1, 1) + the last visit + the step's rewards)
+                expects the most rollouts with a non-zero advantage (`xrpo.algo.posterior_alloc`); adaptive=True,
+                uses_history=True
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ from xrpo.algo.cures import (
     sample_prompts,
     sampling_probs,
 )
+from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.posterior_alloc import posterior_allocation
 from xrpo.algo.sampling import dynamic_sampling_keep_groups
 
 __all__ = [
@@ -56,6 +68,7 @@ __all__ = [
     "PromptHistory",
     "RoundPlan",
     "allocator_names",
+    "batch_counts",
     "cures_select",
     "get_allocator",
     "is_nonuniform",
@@ -91,19 +104,21 @@ class Allocator:
     """Reads the rewards so far: its rounds can change what is generated."""
     selects_prompts: bool = False
     """The caller chooses the step's prompts and their counts with it; the planner generates them in one batch."""
+    uses_history: bool = False
+    """Reads ``history`` (each prompt's last visit): the caller keeps it across steps."""
 
 
 ALLOCATORS: dict[str, Allocator] = {}
 """name -> `Allocator`; ``method.allocation`` (``algorithm.xrpo.allocation`` for verl) picks one."""
 
 
-def register_allocator(name: str, *, adaptive: bool = True, selects_prompts: bool = False):
+def register_allocator(name: str, *, adaptive: bool = True, selects_prompts: bool = False, uses_history: bool = False):
     """Register ``fn(rewards, budget, knobs, history) -> counts`` under ``name`` (module docstring)."""
 
     def deco(fn: AllocatorFn) -> AllocatorFn:
         if name in ALLOCATORS:
             raise ValueError(f"allocator {name!r} is already registered")
-        ALLOCATORS[name] = Allocator(name, fn, adaptive, selects_prompts)
+        ALLOCATORS[name] = Allocator(name, fn, adaptive, selects_prompts, uses_history)
         return fn
 
     return deco
@@ -154,6 +169,34 @@ def cures_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, hist
     return _cures_counts(posterior_mean(alpha, beta), budget, getattr(knobs, "cures_min_count", 2))[0]
 
 
+def _successes(rewards: Sequence[np.ndarray], knobs: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(k, m): each prompt's rewards >= the knobs' ``full_reward`` (1.0 without it) and rewards so far."""
+    full = getattr(knobs, "full_reward", 1.0)
+    k = np.array([int(np.count_nonzero(np.asarray(r) >= full)) for r in rewards], dtype=np.int64)
+    return k, np.array([np.asarray(r).shape[0] for r in rewards], dtype=np.int64)
+
+
+@register_allocator("knapsack", adaptive=False, uses_history=True)
+def knapsack_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, history=None) -> np.ndarray:
+    """Knapsack RL's counts from each prompt's last visit (``history``; None: no prompt seen, an even split):
+    ``knapsack_allocation`` with n_min = 2 (at most the budget's even share), n_max = the knobs'
+    ``max_extra_per_prompt`` (None: the budget), the "leftover" fallback. It reads no rewards of the step: the
+    planner calls it once, with the step's whole budget (`batch_counts`)."""
+    P = len(rewards)
+    hk, hn = (history.successes, history.trials) if history is not None else (np.zeros(P), np.zeros(P))
+    return knapsack_allocation(hk, hn, budget, n_min=min(2, budget // max(P, 1)), n_max=knobs.max_extra_per_prompt)
+
+
+@register_allocator("xrpo-plus", uses_history=True)
+def xrpo_plus_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, history=None) -> np.ndarray:
+    """xrpo-plus: ``posterior_allocation`` of the round's budget on the step's successes so far (reward >=
+    ``full_reward``) and the prompts' last visits (``history``; None: the step alone), prior Beta(1, 1), cap the
+    knobs' ``max_extra_per_prompt``."""
+    k, m = _successes(rewards, knobs)
+    hist = {} if history is None else {"history_successes": history.successes, "history_trials": history.trials}
+    return posterior_allocation(k, m, budget, prior="flat", max_per_prompt=knobs.max_extra_per_prompt, **hist)
+
+
 def plans_rounds(allocation: str, icl: bool) -> bool:
     """Whether a step runs planning rounds, the one place this is decided: an allocator that reads rewards needs
     them, and so does ICL seeding (it routes a round's rollouts of unsolved prompts); otherwise rounds could not
@@ -166,6 +209,17 @@ def one_batch_counts(num_prompts: int, budget: int) -> np.ndarray:
     """GRPO's counts: the budget split evenly in one batch (when the prompts do not divide it, the earlier prompts
     get one more)."""
     return split_budget(np.zeros(num_prompts), budget)
+
+
+def batch_counts(knobs: Any, num_prompts: int, budget: int, history: PromptHistory | None = None) -> np.ndarray:
+    """The counts of a step generated in one batch (no rounds, caller-chosen counts aside): an allocator that reads
+    history but no rewards (Knapsack RL) places the whole budget from the prompts' earlier visits; otherwise GRPO's
+    even split (`one_batch_counts`)."""
+    a = get_allocator(knobs.allocation)
+    if a.uses_history and not a.adaptive:
+        empty = [np.zeros(0, dtype=np.float64)] * num_prompts
+        return np.asarray(a.fn(empty, budget, knobs, history), dtype=np.int64)
+    return one_batch_counts(num_prompts, budget)
 
 
 def is_nonuniform(alloc, budget: int) -> bool:

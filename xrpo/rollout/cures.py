@@ -4,7 +4,9 @@ difficulty") before training. The math is in `xrpo.algo.cures`; docs/methods.md 
 from and what differs from the authors' code.
 
 The state is two integer arrays indexed by training-problem position (successes and rollouts so far): the posterior
-follows from them and the prior, which the run's config holds. ``state_dict`` / ``load_state_dict`` turn it into
+follows from them and the prior, which the run's config holds. With ``keep="last"`` each visit of a problem replaces
+its counts instead of adding to them: the last-visit history that the knapsack and xrpo-plus allocators read
+(`xrpo.algo.rounds`; the planner's batch source keeps it). ``state_dict`` / ``load_state_dict`` turn it into
 JSON-able lists for the checkpoint's state.json. It keeps no random state: the trainer draws each step's prompts with
 a generator seeded from (seed, step), so a resumed run draws what the uninterrupted run drew.
 """
@@ -41,6 +43,12 @@ class CuresState:
     success_threshold: float = 0.5
     warmup_rollouts: int = 0
     """Rollouts the warm-up spent (0 until it ran); reported so that budgets can be compared."""
+    keep: str = "all"
+    """"all": counts add up over every visit (CurES's posterior); "last": a visit replaces the problem's counts."""
+
+    def __post_init__(self):
+        if self.keep not in ("all", "last"):
+            raise ValueError(f"keep must be 'all' or 'last', got {self.keep!r}")
 
     @classmethod
     def new(cls, num_problems: int, **knobs) -> CuresState:
@@ -92,14 +100,23 @@ class CuresState:
         return idx, counts, metrics
 
     # ------------------------------------------------------------------------------------------------ update
-    def observe(self, problem_indices: Sequence[int], rewards, group_ids) -> dict:
+    def observe(self, problem_indices: Sequence[int], rewards, group_ids, mask=None) -> dict:
         """Add a step's verified rollouts to the posterior: rollout j belongs to problem problem_indices[group_ids[j]]
-        and is a success when its reward exceeds ``success_threshold``. Returns cures/* metrics of the update."""
+        and is a success when its reward exceeds ``success_threshold``; ``mask`` (bool, one per rollout; None: all)
+        says which rollouts count. With ``keep="last"`` the counts of every problem with a counted rollout are
+        replaced by this visit's. Returns cures/* metrics of the update."""
         idx = np.asarray(problem_indices, dtype=np.int64)
         r = np.asarray(rewards, dtype=np.float64)
         g = np.asarray(group_ids, dtype=np.int64)
         if r.shape != g.shape or r.ndim != 1:
             raise ValueError(f"rewards and group_ids must be 1-D of equal length, got {r.shape} and {g.shape}")
+        if mask is not None:
+            mk = np.asarray(mask)
+            if mk.shape != r.shape or mk.dtype != bool:
+                raise ValueError(
+                    f"mask must be a bool array of the rewards' shape {r.shape}, got {mk.dtype} {mk.shape}"
+                )
+            r, g = r[mk], g[mk]
         if g.size and (g.min() < 0 or g.max() >= idx.shape[0]):
             raise ValueError(
                 f"group_ids must index the {idx.shape[0]} problems of the step, got ids in [{g.min()}, {g.max()}]"
@@ -109,6 +126,10 @@ class CuresState:
         if not np.all(np.isfinite(r)):
             raise ValueError("rewards must be finite")
         ok = (r > self.success_threshold).astype(np.int64)
+        if self.keep == "last":
+            seen = np.unique(idx[g])
+            self.successes[seen] = 0
+            self.trials[seen] = 0
         # per rollout: s_i += 1{r > threshold}, n_i += 1 (np.add.at: a problem may recur across generation calls)
         np.add.at(self.successes, idx[g], ok)
         np.add.at(self.trials, idx[g], 1)

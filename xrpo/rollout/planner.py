@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 
 from xrpo.algo.allocation import plan_phases
-from xrpo.algo.rounds import get_allocator, one_batch_counts, plans_rounds
+from xrpo.algo.rounds import PromptHistory, batch_counts, get_allocator, plans_rounds
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
@@ -58,6 +58,7 @@ def generate_rollouts(
     *,
     corpus=None,
     counts: Sequence[int] | None = None,
+    history: PromptHistory | None = None,
 ) -> PlanResult:
     """Algorithm 1 lines 1-13: base rollouts, then planning rounds with ICL seeding. Rewards, no advantages yet.
 
@@ -65,7 +66,8 @@ def generate_rollouts(
     (`xrpo.algo.rounds.plans_rounds`), else rounds, or with ``cfg.planner == "streaming"`` waves planned as groups
     complete (`xrpo.rollout.streaming`). With an allocator that selects prompts (``cfg.allocation == "cures"``),
     ``counts[q]`` rollouts of prompt q (integers >= 0 summing to ``cfg.rollouts_per_step``) are generated in one
-    batch; ``counts`` is an error with any other allocation.
+    batch; ``counts`` is an error with any other allocation. ``history`` (each prompt's earlier visits, arrays of
+    length ``len(problems)``) goes to an allocator that reads it (knapsack, xrpo-plus); the caller keeps it.
     """
     P = len(problems)
     if P == 0:
@@ -82,9 +84,13 @@ def generate_rollouts(
     elif counts is not None:
         raise ValueError(f"counts is only used with allocation='cures', not {cfg.allocation!r}")
     one_batch = not plans_rounds(cfg.allocation, cfg.icl)
+    if history is not None and (len(history.successes) != P or len(history.trials) != P):
+        raise ValueError(f"history must hold {P} prompts' successes and trials, got {len(history.successes)}")
     if cfg.planner == "streaming" and not one_batch:
-        return generate_rollouts_streaming(problems, engine, verifier, renderer, cfg, sampling, corpus=corpus)
-    step = StepRollouts(problems, verifier, renderer, cfg, corpus)
+        return generate_rollouts_streaming(
+            problems, engine, verifier, renderer, cfg, sampling, corpus=corpus, history=history
+        )
+    step = StepRollouts(problems, verifier, renderer, cfg, corpus, history=history)
     rounds: list[dict] = []
 
     def run(prompts: list[str], counts: list[int], seeded: list[bool], rnd: int) -> list[RolloutRecord]:
@@ -95,8 +101,10 @@ def generate_rollouts(
 
     if one_batch:
         # nothing to plan: one batch, the caller's counts (cures; the problem ids make the caller's choice of prompts
-        # visible in rounds.jsonl) or the whole budget split evenly (GRPO)
-        alloc = fixed if caller_counts else one_batch_counts(P, cfg.rollouts_per_step).tolist()
+        # visible in rounds.jsonl), the budget placed from the prompts' history (knapsack) or split evenly (GRPO)
+        t0 = time.perf_counter()
+        alloc = fixed if caller_counts else batch_counts(cfg, P, cfg.rollouts_per_step, history).tolist()
+        step.timings["time/plan"] += time.perf_counter() - t0
         new = run(step.plain, [int(a) for a in alloc], [False] * P, 0)
         rounds.append(step.entry(0, alloc, new))
         return step.result(rounds)

@@ -5,7 +5,8 @@ and keeps whatever state it carries across steps behind ``state_dict`` / ``load_
 checkpoint). Sources are registered by name, like the policy losses (`xrpo.algo.losses`):
 
     planner   XRPO's planner (Algorithm 1 lines 1-13: base rollouts, planning rounds, ICL seeding), prompts in epoch
-              order; with allocation=uniform and no ICL it is GRPO's single batch
+              order; with allocation=uniform and no ICL it is GRPO's single batch; with an allocator that reads
+              history (knapsack, xrpo-plus) it keeps every problem's last visit (checkpointed)
     tree      TreePO's tree sampler (`xrpo.rollout.treepo`), prompts in epoch order
     cures     CurES: prompts and their rollout counts drawn from the Beta posterior of every problem's accuracy, which
               the step's verified rewards update; a warm-up before step 1 initialises it (`xrpo.rollout.cures`)
@@ -28,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from xrpo.algo.config import CuresConfig, TreePOConfig, section_values
-from xrpo.algo.rounds import get_allocator, refill_keep, refill_more
+from xrpo.algo.rounds import PromptHistory, get_allocator, refill_keep, refill_more
 from xrpo.data import Problem
 from xrpo.rollout import cures as cures_lib
 from xrpo.rollout.advantages import compute_advantages
@@ -221,14 +222,53 @@ class _EpochSource:
 
 @register_source("planner")
 class PlannerSource(_EpochSource):
-    """XRPO's planner (Algorithm 1 lines 1-13) on prompts in epoch order."""
+    """XRPO's planner (Algorithm 1 lines 1-13) on prompts in epoch order. With an allocator that reads history
+    (``uses_history``: knapsack, xrpo-plus) it keeps each training problem's last visit, a `CuresState` with
+    keep="last": the successes (reward >= full_reward) and rollouts of the problem's latest step, ICL-seeded rollouts
+    left out (they measure the ICL prompt, not the problem), handed to the planner as `PromptHistory` and saved in
+    every checkpoint ("history"), so a resumed run plans what the uninterrupted run planned."""
 
     def __init__(self, ctx: SourceContext, knobs: Any = None):
         super().__init__(ctx)
+        self.history = None
+        if get_allocator(ctx.plan.allocation).uses_history:
+            self.history = cures_lib.CuresState.new(len(ctx.problems), keep="last")
 
-    def generate(self, problems: list[Problem], sampling: SamplingParams) -> PlanResult:
+    def generate(self, problems: list[Problem], sampling: SamplingParams, history=None) -> PlanResult:
         c = self.ctx
-        return generate_rollouts(problems, c.engine, c.verifier, c.renderer, c.plan, sampling, corpus=c.corpus)
+        return generate_rollouts(
+            problems, c.engine, c.verifier, c.renderer, c.plan, sampling, corpus=c.corpus, history=history
+        )
+
+    def sample(self, step: int, batch: int) -> Batch:
+        h = self.history
+        if h is None:
+            return super().sample(step, batch)
+        c = self.ctx
+        idx = self.order.next(c.prompts_per_step)
+        problems = [c.problems[i] for i in idx]
+        plan = self.generate(problems, c.step_sampling(step, batch), PromptHistory(h.successes[idx], h.trials[idx]))
+        plan.metrics["alloc/history_frac"] = float(np.mean(h.trials[idx] > 0))
+        solved = (plan.rewards >= c.plan.full_reward).astype(np.float64)
+        plain = np.array([not x.seeded for x in plan.records], dtype=bool)
+        h.observe(idx, solved, plan.group_ids, mask=plain)
+        return Batch(problems, plan)
+
+    def state_dict(self) -> dict:
+        out = super().state_dict()
+        if self.history is not None:
+            out["history"] = self.history.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self.history is not None:
+            if "history" not in state:
+                raise ValueError(
+                    f"the checkpoint has no per-prompt history (state.json: 'history'), which allocation="
+                    f"{self.ctx.plan.allocation!r} reads"
+                )
+            self.history.load_state_dict(state["history"])
 
 
 @register_source("tree")

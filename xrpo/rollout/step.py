@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from xrpo.algo.rounds import plan_round
+from xrpo.algo.rounds import PromptHistory, plan_round
 from xrpo.data import Problem
 from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
@@ -52,8 +52,18 @@ class WavePlan:
 class StepRollouts:
     """The rollouts of one step as they arrive (module docstring)."""
 
-    def __init__(self, problems: Sequence[Problem], verifier, renderer: PromptRenderer, cfg: PlanConfig, corpus=None):
+    def __init__(
+        self,
+        problems: Sequence[Problem],
+        verifier,
+        renderer: PromptRenderer,
+        cfg: PlanConfig,
+        corpus=None,
+        history: PromptHistory | None = None,
+    ):
         self.problems, self.verifier, self.renderer, self.cfg, self.corpus = problems, verifier, renderer, cfg, corpus
+        self.history = history
+        """Each prompt's earlier visits (None: not kept), for the allocators that read them."""
         self.P = len(problems)
         self.timings = {"time/generate": 0.0, "time/verify": 0.0, "time/plan": 0.0, "time/retrieve": 0.0}
         self.records: list[RolloutRecord] = []
@@ -107,12 +117,16 @@ class StepRollouts:
         members = list(members)
         t0 = time.perf_counter()
         icl_on = bool(cfg.icl and self.corpus is not None and len(self.corpus) > 0)
+        h = self.history
         rp = plan_round(
             [np.asarray(self.by_prompt[q]) for q in members],
             budget,
             cfg,
             icl=icl_on,
             full_reward=cfg.full_reward,
+            history=None
+            if h is None
+            else PromptHistory(np.asarray(h.successes)[members], np.asarray(h.trials)[members]),
         )
         self.timings["time/plan"] += time.perf_counter() - t0
         prompts, seeded, truncated, dropped = [self.plain[q] for q in members], [False] * len(members), 0, 0

@@ -73,9 +73,11 @@ def generate_rollouts_streaming(
     sampling: SamplingParams,
     *,
     corpus=None,
+    history=None,
 ) -> PlanResult:
-    """Algorithm 1 lines 1-13 planned in waves as groups complete (module docstring). Rewards, no advantages yet."""
-    step = StepRollouts(problems, verifier, renderer, cfg, corpus)
+    """Algorithm 1 lines 1-13 planned in waves as groups complete (module docstring). Rewards, no advantages yet.
+    ``history``: each prompt's earlier visits, for an allocator that reads them (`generate_rollouts`)."""
+    step = StepRollouts(problems, verifier, renderer, cfg, corpus, history=history)
     P = step.P
     t0 = time.perf_counter()
     budgets = plan_phases(P, cfg.rollouts_per_step, cfg.n_base, cfg.plan_rounds).round_budgets

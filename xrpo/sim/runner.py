@@ -38,6 +38,7 @@ from xrpo.algo.allocation import plan_phases
 from xrpo.algo.rounds import cures_select, one_batch_counts
 from xrpo.algo.signal import nonzero_variance_prob, oracle_allocation
 from xrpo.algo.stats import mean_ci, ratio_ci
+from xrpo.sim.alloc_sim import knapsack_step, posterior_step
 from xrpo.sim.latency import latency_ratio, phase_latency, round_latency, stream_latency
 from xrpo.sim.model import (
     StepOutcome,
@@ -114,7 +115,13 @@ class SimConfig:
     )
     """Methods to simulate: uniform (GRPO, one batch), hrp (XRPO's proportional HRP), hrp-greedy, no-hrp (the same
     rounds split evenly: the w/o-HRP ablation), cures, dapo (dynamic sampling), oracle (best fixed allocation for
-    informative rollouts, given the true rates), oracle-groups (best fixed allocation for non-zero-gradient groups)."""
+    informative rollouts, given the true rates), oracle-groups (best fixed allocation for non-zero-gradient groups);
+    beyond the paper (issue #33, docs/methods.md): knapsack (Knapsack RL from each prompt's last visit;
+    knapsack-jeffreys: never-solved prompts valued at a Jeffreys estimate instead of 0), xrpo-plus
+    (phases split by the posterior planner: Beta(1, 1) prior, the last visit, the step's rewards) and its ablations
+    xrpo-plus-no-history, xrpo-plus-batch-prior and xrpo-plus-variance-prior (prior fitted to the batch, matching
+    its flat groups or its variance), xrpo-plus-batch-prior-no-history, xrpo-plus-neighbors (+ a neighbour's rate
+    as prior mean)."""
     prompts: int = 16
     """Prompts per step (rollout.prompts_per_step)."""
     rollouts: int = 128
@@ -153,6 +160,9 @@ class SimConfig:
     """CurES: temperature scale c of T_i = c * alpha_i (method.cures_temp_scale)."""
     cures_min_count: int = 2
     """CurES: fewest rollouts of a drawn prompt (method.cures_min_count)."""
+    last_visit: int = 8
+    """knapsack, xrpo-plus: rollouts of each prompt's previous visit (an earlier epoch, at the same success rate),
+    from which knapsack estimates p and which xrpo-plus adds to its posterior; 0: every prompt unseen."""
     oracle_min: int | None = None
     """Least rollouts per prompt of the oracles (None: n_base, the floor HRP has)."""
     degenerate_eps: float = 0.0
@@ -179,6 +189,7 @@ class SimConfig:
             "max_gen_batches",
             "cures_history",
             "cures_min_count",
+            "last_visit",
         ):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool), name, "an integer")
@@ -208,6 +219,7 @@ class SimConfig:
         need(self.max_gen_batches >= 1, "max_gen_batches", ">= 1")
         need(self.cures_history >= 0, "cures_history", ">= 0")
         need(self.cures_min_count >= 1, "cures_min_count", ">= 1")
+        need(self.last_visit >= 0, "last_visit", ">= 0")
         need(
             self.rollouts >= self.cures_min_count * self.prompts or "cures" not in self.methods,
             "rollouts",
@@ -404,6 +416,47 @@ def _oracle_groups(ctx, p, rng):
     c = ctx.cfg
     n_min = c.n_base if c.oracle_min is None else c.oracle_min
     return fixed_outcome(p, oracle_allocation(p, c.rollouts, n_min, "groups"), rng)
+
+
+# beyond the paper (issue #33): thin wrappers over xrpo.sim.alloc_sim, which holds the steps
+
+
+@register_sim_method("knapsack")
+def _knapsack(ctx, p, rng):
+    return knapsack_step(p, ctx.cfg.rollouts, rng, last_visit=ctx.cfg.last_visit)
+
+
+@register_sim_method("knapsack-jeffreys")
+def _knapsack_jeffreys(ctx, p, rng):
+    return knapsack_step(p, ctx.cfg.rollouts, rng, last_visit=ctx.cfg.last_visit, fallback="jeffreys")
+
+
+def _xrpo_plus(ctx, p, rng, history: bool = True, prior: str = "flat", neighbors: bool = False):
+    c = ctx.cfg
+    return posterior_step(
+        p,
+        c.rollouts,
+        rng,
+        n_base=c.n_base,
+        rounds=c.rounds,
+        last_visit=c.last_visit if history else 0,
+        prior=prior,
+        neighbors=neighbors,
+        max_per_prompt=c.max_extra,
+        icl=c.icl,
+        p_icl=icl_success_prob(p, c.icl_mult, c.icl_add) if c.icl else None,
+    )
+
+
+for _name, _kw in {
+    "xrpo-plus": {},
+    "xrpo-plus-no-history": {"history": False},
+    "xrpo-plus-batch-prior": {"prior": "batch"},
+    "xrpo-plus-variance-prior": {"prior": "batch-variance"},
+    "xrpo-plus-batch-prior-no-history": {"prior": "batch", "history": False},
+    "xrpo-plus-neighbors": {"neighbors": True},
+}.items():
+    register_sim_method(_name)(lambda ctx, p, rng, _kw=_kw: _xrpo_plus(ctx, p, rng, **_kw))
 
 
 # ---------------------------------------------------------------------------------------------------------------

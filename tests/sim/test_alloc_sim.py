@@ -1,0 +1,94 @@
+"""Tests of xrpo.sim.alloc_sim, the simulator steps of the methods beyond the paper (issue #33), and of their
+registration in xrpo.sim.runner (knapsack, xrpo-plus and its ablations): budgets, phases, ICL seeding, the same
+draws as the library's functions, and xrpo-plus's gain on the study's measured rates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_array_equal
+
+from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.posterior_alloc import posterior_allocation
+from xrpo.sim.alloc_sim import knapsack_step, last_visit_draw, posterior_step
+from xrpo.sim.runner import SIM_METHODS, SimConfig, simulate
+
+NEW = [
+    "knapsack",
+    "knapsack-jeffreys",
+    "xrpo-plus",
+    "xrpo-plus-no-history",
+    "xrpo-plus-batch-prior",
+    "xrpo-plus-variance-prior",
+    "xrpo-plus-batch-prior-no-history",
+    "xrpo-plus-neighbors",
+]
+STUDY_FIT = "0.2159*0 + 0.0342*1 + 0.7499*beta(1.251,1.151)"  # GRPO seed 0's rates in the study (docs/results.md)
+
+
+def test_every_method_spends_the_budget_exactly():
+    assert set(NEW) <= set(SIM_METHODS)
+    res = simulate(SimConfig(dist=STUDY_FIT, methods=["uniform", *NEW], steps=4), latency=False)
+    for m in NEW:
+        assert res["methods"][m]["rollouts_generated"] == {"mean": 128.0, "ci": 0.0}, m
+        assert res["methods"][m]["prompts"]["mean"] == 16.0
+
+
+def test_knapsack_step_is_knapsack_allocation_on_the_last_visit():
+    p = np.array([0.0, 0.2, 0.5, 0.9, 1.0, 0.35])
+    out = knapsack_step(p, 36, np.random.default_rng(5), last_visit=8)
+    rng = np.random.default_rng(5)
+    hk, hn = last_visit_draw(p, 8, rng)
+    counts = knapsack_allocation(hk, hn, 36)
+    assert_array_equal(out.counts, counts)
+    assert_array_equal(out.successes, rng.binomial(counts, p))  # then the batch's rewards, from the same stream
+    # never seen: every prompt at the prior 1/2, equal values, the budget split evenly
+    out = knapsack_step(p, 36, np.random.default_rng(0), last_visit=0)
+    assert_array_equal(out.counts, np.full(6, 6))
+
+
+def test_posterior_step_runs_algorithm_1s_phases():
+    p = np.array([0.0, 0.3, 0.5, 1.0])
+    rng = np.random.default_rng(1)
+    out = posterior_step(p, 32, rng, n_base=4, rounds=2, last_visit=8)
+    assert out.counts.sum() == 32 and np.all(out.counts >= 4) and len(out.nonuniform) == 2
+    # the same draws by hand: last visit, base round, then each round of 8 from posterior_allocation
+    rng = np.random.default_rng(1)
+    hk, hn = last_visit_draw(p, 8, rng)
+    m = np.full(4, 4)
+    k = rng.binomial(m, p)
+    for b in (8, 8):
+        x = posterior_allocation(k, m, b, history_successes=hk, history_trials=hn)
+        k, m = k + rng.binomial(x, p), m + x
+    assert_array_equal(out.counts, m)
+    assert_array_equal(out.successes, k)
+
+
+def test_posterior_step_seeds_unsolved_prompts():
+    # every prompt at p = 0 and an ICL prompt that always succeeds: the first round's rollouts are all seeded and
+    # all flip; nothing is seeded in the second round (every prompt that got rollouts is solved by then)
+    p = np.zeros(4)
+    out = posterior_step(p, 32, np.random.default_rng(0), icl=True, p_icl=np.ones(4))
+    assert out.seeded.sum() >= 1
+    assert_array_equal(out.flips, out.seeded)
+    assert np.all(out.successes[out.seeded > 0] > 0)
+    # without ICL nothing is seeded and nothing is solved
+    out = posterior_step(p, 32, np.random.default_rng(0))
+    assert out.seeded.sum() == 0 and out.successes.sum() == 0
+
+
+def test_last_visit_must_be_a_count():
+    with pytest.raises(ValueError, match="last_visit must be >= 0, got -1"):
+        SimConfig(last_visit=-1)
+
+
+def test_xrpo_plus_gains_more_than_hrp_on_the_studys_rates():
+    # measured at 300 steps (docs/results.md): xrpo-plus 1.30 +/- 0.02 x uniform's informative rollouts, HRP 1.04
+    # +/- 0.02. At 150 steps the intervals are ~1.4x wider; the test asks xrpo-plus's lower bound to clear 1.2 and
+    # HRP's upper bound: a planner that ignored its posterior or its history would not (no-history: 1.20, knapsack
+    # 0.99)
+    res = simulate(SimConfig(dist=STUDY_FIT, methods=["uniform", "hrp", "xrpo-plus"], steps=150), latency=False)
+    plus = res["methods"]["xrpo-plus"]["vs_uniform"]["informative_share"]
+    hrp = res["methods"]["hrp"]["vs_uniform"]["informative_share"]
+    assert plus["ratio"] - plus["ci"] > 1.2
+    assert plus["ratio"] - plus["ci"] > hrp["ratio"] + hrp["ci"]
