@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import share_feasibility as sf  # noqa: E402
 
-from xrpo.algo.simulate import mean_ci  # noqa: E402
+from xrpo.algo.stats import mean_ci  # noqa: E402
 from xrpo.sim.runner import SimConfig, simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

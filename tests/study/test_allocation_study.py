@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xrpo.trainer.config import build_config, to_dict
+from xrpo.trainer.config_loader import build_config, to_dict
 
 STUDY = Path(__file__).resolve().parents[2] / "study"
 

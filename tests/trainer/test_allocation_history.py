@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from xrpo.algo.knapsack import knapsack_allocation
 from xrpo.algo.posterior_alloc import posterior_allocation
 from xrpo.trainer.checkpoint import list_checkpoints
-from xrpo.trainer.config import build_config
+from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 
 # 24 training problems, 4 prompts per step: steps 1-6 are the first epoch (no history), 7-8 revisit problems

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from xrpo.algo.allocation import split_budget
+from xrpo.algo.signal import finite_array
 
 __all__ = [
     "beta_posterior",
@@ -38,19 +39,6 @@ __all__ = [
     "sample_prompts",
     "sampling_probs",
 ]
-
-
-def _array(x, name: str) -> np.ndarray:
-    if hasattr(x, "detach"):  # a torch tensor
-        x = x.detach().cpu().numpy()
-    try:
-        a = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric, got {type(x).__name__}") from None
-    if not np.all(np.isfinite(a)):
-        bad = np.argwhere(~np.isfinite(a))[0]
-        raise ValueError(f"{name} must be finite; found {a[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
-    return a
 
 
 def _positive(x: float, name: str) -> float:
@@ -83,8 +71,8 @@ def beta_posterior(successes, trials, prior_alpha: float = 1.0, prior_beta: floa
     Returns:
         (alpha, beta), two float64 arrays of shape (N,).
     """
-    s = _array(successes, "successes")
-    n = _array(trials, "trials")
+    s = finite_array(successes, "successes")
+    n = finite_array(trials, "trials")
     if s.shape != n.shape:
         raise ValueError(f"successes and trials must have the same shape, got {s.shape} and {n.shape}")
     for a, name in ((s, "successes"), (n, "trials")):
@@ -111,8 +99,8 @@ def posterior_mean(alpha, beta):
     Returns:
         p, float64 array of shape (N,), in (0, 1).
     """
-    a = _array(alpha, "alpha")
-    b = _array(beta, "beta")
+    a = finite_array(alpha, "alpha")
+    b = finite_array(beta, "beta")
     if a.shape != b.shape:
         raise ValueError(f"alpha and beta must have the same shape, got {a.shape} and {b.shape}")
     if np.any(a <= 0) or np.any(b <= 0):
@@ -137,7 +125,7 @@ def prompt_temperature(alpha, scale: float = 100.0):
     Returns:
         T, float64 array of shape (N,), > 0.
     """
-    a = _array(alpha, "alpha")
+    a = finite_array(alpha, "alpha")
     if np.any(a <= 0):
         raise ValueError(f"alpha must be > 0; found {a[_first_bad(a <= 0)]}")
     c = _positive(scale, "scale")
@@ -160,13 +148,13 @@ def sampling_probs(p, temperature):
     Returns:
         P, float64 array of shape (N,), > 0 where representable, summing to 1.
     """
-    pp = _array(p, "p")
+    pp = finite_array(p, "p")
     if pp.ndim != 1 or pp.shape[0] == 0:
         raise ValueError(f"p must be a non-empty 1-D array (one value per prompt), got shape {pp.shape}")
     if np.any((pp < 0) | (pp > 1)):
         bad = _first_bad((pp < 0) | (pp > 1))
         raise ValueError(f"p must lie in [0, 1]; found {pp[bad]} at index {bad}")
-    t = np.broadcast_to(_array(temperature, "temperature"), pp.shape)
+    t = np.broadcast_to(finite_array(temperature, "temperature"), pp.shape)
     if np.any(t <= 0):
         bad = _first_bad(t <= 0)
         raise ValueError(f"temperature must be > 0; found {t[bad]} at index {bad}")
@@ -179,7 +167,7 @@ def sampling_probs(p, temperature):
 
 def normalized_entropy(probs) -> float:
     """H(P) / log N: 1 for the uniform distribution over N >= 2 items, 0 for a point mass (1.0 when N = 1)."""
-    pr = _array(probs, "probs")
+    pr = finite_array(probs, "probs")
     if pr.ndim != 1 or pr.shape[0] == 0:
         raise ValueError(f"probs must be a non-empty 1-D array, got shape {pr.shape}")
     if pr.shape[0] == 1:
@@ -206,7 +194,7 @@ def sample_prompts(probs, k: int, rng: np.random.Generator) -> np.ndarray:
     Returns:
         int64 array of shape (k,): distinct prompt indices in draw order.
     """
-    pr = _array(probs, "probs")
+    pr = finite_array(probs, "probs")
     if pr.ndim != 1 or pr.shape[0] == 0:
         raise ValueError(f"probs must be a non-empty 1-D array, got shape {pr.shape}")
     if np.any(pr < 0):
@@ -250,11 +238,11 @@ def gradient_std(p, mean_norm_correct=1.0, sq_norm_correct=1.0, mean_norm_wrong=
     Returns:
         sigma, float64 array of shape (N,), >= 0.
     """
-    a = _array(p, "p")
+    a = finite_array(p, "p")
     if np.any((a < 0) | (a > 1)):
         raise ValueError(f"p must lie in [0, 1]; found {a[_first_bad((a < 0) | (a > 1))]}")
     mc, sc, mw, sw = (
-        np.broadcast_to(_array(x, name), a.shape)
+        np.broadcast_to(finite_array(x, name), a.shape)
         for x, name in (
             (mean_norm_correct, "mean_norm_correct"),
             (sq_norm_correct, "sq_norm_correct"),
@@ -301,7 +289,7 @@ def rollout_counts(sigma, budget: int, min_count: int = 2) -> np.ndarray:
     Returns:
         int64 array of shape (P,), entries >= min_count, summing to ``budget``.
     """
-    s = _array(sigma, "sigma")
+    s = finite_array(sigma, "sigma")
     if s.ndim != 1 or s.shape[0] == 0:
         raise ValueError(f"sigma must be a non-empty 1-D array (one value per prompt), got shape {s.shape}")
     if np.any(s < 0):

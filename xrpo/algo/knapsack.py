@@ -44,7 +44,7 @@ import math
 import numpy as np
 
 from xrpo.algo.allocation import split_budget
-from xrpo.algo.signal import nonzero_variance_prob
+from xrpo.algo.signal import finite_array, nonzero_variance_prob
 
 __all__ = [
     "concave_allocation",
@@ -56,21 +56,8 @@ __all__ = [
 ]
 
 
-def _array(x, name: str) -> np.ndarray:
-    if hasattr(x, "detach"):  # a torch tensor
-        x = x.detach().cpu().numpy()
-    try:
-        a = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric, got {type(x).__name__}") from None
-    if not np.all(np.isfinite(a)):
-        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-        raise ValueError(f"{name} must be finite; found {a[bad]} at index {bad}")
-    return a
-
-
 def _counts(x, name: str, shape: tuple | None = None) -> np.ndarray:
-    a = _array(x, name)
+    a = finite_array(x, name)
     if shape is not None and a.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
     if np.any(a < 0) or not np.all(a == np.round(a)):
@@ -108,7 +95,7 @@ def info_gain(p):
     Returns:
         float64 array of p's shape, in [0, 4/27]; 0 at p = 0 and p = 1, largest at p = 1/3.
     """
-    pp = _array(p, "p")
+    pp = finite_array(p, "p")
     if np.any((pp < 0) | (pp > 1)):
         raise ValueError(f"p must lie in [0, 1], got {p!r}")
     # InfoGain(p) = p (1 - p)^2
@@ -125,7 +112,7 @@ def knapsack_values(p, n_max: int) -> np.ndarray:
     Returns:
         float64 array of shape (Q, n_max + 1); 0 for n <= 1.
     """
-    pp = _array(p, "p")
+    pp = finite_array(p, "p")
     if pp.ndim != 1 or pp.shape[0] == 0:
         raise ValueError(f"p must be a non-empty 1-D array (one rate per prompt), got shape {pp.shape}")
     W = _int(n_max, "n_max", 0)
@@ -180,7 +167,7 @@ def last_visit_rate(successes, trials, prior_rate: float | None = None) -> np.nd
 
 
 def _check_problem(values, budget, n_min, n_max) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
-    v = _array(values, "values")
+    v = finite_array(values, "values")
     if v.ndim != 2 or v.shape[0] == 0:
         raise ValueError(f"values must have shape (prompts, counts + 1), got {v.shape}")
     Q, W1 = v.shape

@@ -64,6 +64,7 @@ from scipy import special
 
 from xrpo.algo.allocation import split_budget
 from xrpo.algo.knapsack import knapsack_dp
+from xrpo.algo.signal import finite_array
 
 __all__ = [
     "expected_informative",
@@ -74,23 +75,10 @@ __all__ = [
 ]
 
 
-def _array(x, name: str) -> np.ndarray:
-    if hasattr(x, "detach"):  # a torch tensor
-        x = x.detach().cpu().numpy()
-    try:
-        a = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be numeric, got {type(x).__name__}") from None
-    if not np.all(np.isfinite(a)):
-        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-        raise ValueError(f"{name} must be finite; found {a[bad]} at index {bad}")
-    return a
-
-
 def _counts(successes, trials, name: str, whole: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(successes, trials) as float64 (Q,) arrays, checked: >= 0, successes <= trials, whole numbers if ``whole``."""
-    k = _array(successes, f"{name} successes")
-    n = _array(trials, f"{name} trials")
+    k = finite_array(successes, f"{name} successes")
+    n = finite_array(trials, f"{name} trials")
     if k.ndim != 1 or k.shape[0] == 0 or k.shape != n.shape:
         raise ValueError(
             f"{name} successes and trials must be non-empty 1-D arrays of one shape, got {k.shape} and {n.shape}"
@@ -297,11 +285,11 @@ def group_mixed_prob(alpha, beta, successes, trials, extra) -> np.ndarray:
     Returns:
         float64 (Q, X) in [0, 1].
     """
-    a, b = _array(alpha, "alpha"), _array(beta, "beta")
+    a, b = finite_array(alpha, "alpha"), finite_array(beta, "beta")
     k, m = _counts(successes, trials, "step")
     if a.shape != k.shape or b.shape != k.shape or np.any(a <= 0) or np.any(b <= 0):
         raise ValueError(f"alpha and beta must be > 0 with shape {k.shape}")
-    x = _array(extra, "extra")
+    x = finite_array(extra, "extra")
     if x.ndim not in (1, 2) or (x.ndim == 2 and x.shape[0] != k.shape[0]) or np.any(x < 0):
         raise ValueError(f"extra must be (X,) or ({k.shape[0]}, X) numbers of rollouts >= 0, got shape {x.shape}")
     if not np.all(x == np.round(x)):
@@ -325,8 +313,8 @@ def group_mixed_prob(alpha, beta, successes, trials, extra) -> np.ndarray:
 def expected_informative(alpha, beta, successes, trials, extra) -> np.ndarray:
     """G_i(x) = (m_i + x) x :func:`group_mixed_prob`: the expected rollouts with a non-zero advantage in prompt i's
     group after x more rollouts (step 2 of the module docstring). Same arguments; float64 (Q, X)."""
-    m = _array(trials, "trials")
-    x = _array(extra, "extra")
+    m = finite_array(trials, "trials")
+    x = finite_array(extra, "extra")
     # G_i(x) = (m_i + x) P(group of m_i + x not all equal | posterior)
     return (m[:, None] + (x[None, :] if x.ndim == 1 else x)) * group_mixed_prob(alpha, beta, successes, trials, extra)
 
@@ -339,7 +327,7 @@ def expected_informative(alpha, beta, successes, trials, extra) -> np.ndarray:
 def _caps(max_per_prompt, Q: int, budget: int) -> np.ndarray:
     if max_per_prompt is None:
         return np.full(Q, budget, dtype=np.int64)
-    c = _array(max_per_prompt, "max_per_prompt")
+    c = finite_array(max_per_prompt, "max_per_prompt")
     c = np.broadcast_to(c, (Q,)) if c.ndim == 0 else c
     if c.shape != (Q,) or np.any(c < 0) or not np.all(c == np.round(c)):
         raise ValueError(

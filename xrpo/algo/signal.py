@@ -16,6 +16,7 @@ __all__ = [
     "best_fixed_allocation",
     "check_count",
     "expected_informative_rollouts",
+    "finite_array",
     "nonzero_variance_prob",
     "oracle_allocation",
 ]
@@ -28,6 +29,21 @@ def check_count(value, name: str, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def finite_array(x, name: str) -> np.ndarray:
+    """``x`` (array-like or a torch tensor) as a float64 array, checked to be finite (a ValueError names ``name`` and
+    the first bad index)."""
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numeric, got {type(x).__name__}") from None
+    if not np.all(np.isfinite(a)):
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+        raise ValueError(f"{name} must be finite; found {a[bad]} at index {bad}")
+    return a
 
 
 def as_rates(p, name: str = "p") -> np.ndarray:
