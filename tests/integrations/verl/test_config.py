@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -153,9 +154,23 @@ def test_recipe_data_paths_resolve_to_files_verl_loads(name, tmp_path, monkeypat
     from omegaconf import OmegaConf
     from verl.trainer.ppo.utils import create_rl_dataset
 
+    home = os.environ.get("HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    try:
+        _check_recipe_data_paths(name, tmp_path, tiny_tokenizer, create_rl_dataset, OmegaConf)
+    finally:
+        # something this test imports for the first time replaces os.environ by a new mapping (measured: the object
+        # differs after the test), so monkeypatch's undo restores the old one and later tests, and the processes they
+        # start, would see this tmp HOME (the built-in model's cache missed)
+        if home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = home
+
+
+def _check_recipe_data_paths(name, tmp_path, tiny_tokenizer, create_rl_dataset, OmegaConf):
     from xrpo.data import Problem, save_problems_verl_parquet
 
-    monkeypatch.setenv("HOME", str(tmp_path))
     data = tmp_path / "data" / "xrpo"
     probs = [Problem(id=f"p{i}", prompt=f"What is {i} + 1?", answer=str(i + 1)) for i in range(3)]
     save_problems_verl_parquet(probs, data / "train.parquet")
