@@ -10,7 +10,7 @@ rewards differ / rollouts generated) and the share of zero-variance groups, over
 whose prompts were all on their first visit and those whose prompts had all been drawn before (epoch order is
 seeded by the run's seed, so every method of a seed draws the same prompts at the same step; a step mixing the two
 counts in the total only). Paired by seed against GRPO: the ratio of shares, its mean and Student-t interval over
-seeds; held-out pass@1 after training, its paired difference.
+seeds (xrpo-plus also against Knapsack RL); held-out pass@1 after training, its paired difference.
 
 Prediction: for each GRPO seed, `xrpo simulate --rounds-file` (the success rates GRPO measured, Beta-mixture fit)
 with the run's step (prompts, rollouts) for uniform, knapsack and xrpo-plus at the xrpo-plus runs' n_base and
@@ -81,6 +81,11 @@ def paired(runs: dict[str, list[report.Run]]) -> dict:
                 common = sorted(set(shares) & set(g))
                 row[part]["vs_grpo"] = report.mean_ci([shares[s] / g[s] for s in common]).as_dict()
                 row[part]["zero_variance_diff"] = report.paired_difference(zv, gz).as_dict()
+            if m == "xrpo-plus" and "knapsack" in sig:
+                kn = {s: x[part]["nonzero_share"] for s, x in sig["knapsack"].items() if x[part]}
+                row[part]["vs_knapsack"] = report.mean_ci(
+                    [shares[s] / kn[s] for s in sorted(set(shares) & set(kn))]
+                ).as_dict()
         row["steps"] = next(iter(sig[m].values()))["steps"]
         row["history_share"] = float(np.mean([g["history_share"] for g in sig[m].values()]))
         good = {s: v for s, v in p1[m].items() if v is not None}

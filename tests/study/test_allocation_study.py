@@ -69,6 +69,12 @@ def test_visits_and_paired_ratios_by_hand(alloc_study, tmp_path):
     assert kn["all"]["zero_variance_diff"]["mean"] == pytest.approx(3 / 8 - 4 / 8)
     assert kn["pass@1_diff"]["mean"] == pytest.approx(0.02)
     assert "| knapsack | 2 | 0.688 ± 0.000 | 1.375 ± 0.000 |" in alloc_study.markdown({"paired": res})
+    # xrpo-plus is also paired with Knapsack RL: here the knapsack runs copied, so its ratio is 1
+    for seed in (0, 1):
+        _run(tmp_path, "xrpo-plus", seed, [_step(s + 1, p, *x) for s, (p, x) in enumerate(zip(probs, k))], 0.32)
+    res = alloc_study.paired(rep.load_runs(tmp_path, ["grpo", "knapsack", "xrpo-plus"], [0, 1]))
+    assert res["xrpo-plus"]["all"]["vs_knapsack"]["mean"] == pytest.approx(1.0)
+    assert res["xrpo-plus"]["all"]["vs_grpo"]["mean"] == pytest.approx(22 / 16)
 
 
 def test_prediction_is_the_simulator_on_grpos_rounds_mixed_by_history(alloc_study, tmp_path):
