@@ -253,7 +253,9 @@ def test_train_refuses_a_malformed_reference_before_the_first_step(code_env, tmp
     msg = str(e.value)
     assert msg.startswith(f"data.train ({bad}): 2 of 6 reference answers cannot be graded by the 'code' verifier")
     assert "problem 't3' (row 3)" in msg and "problem 't4' (row 4)" in msg and "helper" in msg
-    assert not (out / "metrics.jsonl").exists()
+    # no step ran: the run logger (opened before loading, so that trackers fail early) logged no row
+    metrics = out / "metrics.jsonl"
+    assert not metrics.exists() or metrics.read_text() == ""
 
 
 def test_xrpo_eval_refuses_a_malformed_reference_before_loading_the_model(code_env, tmp_path, capsys):
