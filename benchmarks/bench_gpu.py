@@ -166,7 +166,19 @@ def bench_update(shape, device, feature, rows, prompt_len, completion_len, repea
 
 
 # ------------------------------------------------------------------------------------------------- step time
-def bench_steps(shape, device, out: Path, steps: int, new_tokens: int, prompts_per_step: int, rollouts: int):
+def bench_steps(
+    shape,
+    device,
+    out: Path,
+    steps: int,
+    new_tokens: int,
+    prompts_per_step: int,
+    rollouts: int,
+    res=None,
+    save=lambda: None,
+):
+    """GRPO then XRPO at one budget. `res` is filled method by method (and `save` called after each), and every
+    step's times are printed as it ends, so a run stopped by its time limit keeps what it measured."""
     from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.loop import train
 
@@ -179,7 +191,7 @@ def bench_steps(shape, device, out: Path, steps: int, new_tokens: int, prompts_p
     rows = [{"id": f"p{i}", "problem": f"{i} + {i + 3} = ?", "answer": str(2 * i + 3)} for i in range(64)]
     (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp / "held.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
-    res = {}
+    res = {} if res is None else res
     for method in ("grpo", "xrpo"):
         times = []
         ov = [
@@ -206,8 +218,18 @@ def bench_steps(shape, device, out: Path, steps: int, new_tokens: int, prompts_p
             "progress=false",
             "tensorboard=false",
         ]
+
+        def on_step(r, times=times, method=method):
+            times.append(r.metrics)
+            m = r.metrics
+            print(
+                f"  {method} step {len(times)}: step {m['time/step']:.2f}s generate {m.get('time/generate', 0):.2f}s "
+                f"update {m['time/update']:.2f}s rollouts {m.get('rollout/count', 0):.0f}",
+                flush=True,
+            )
+
         reset_peak(device)
-        train(build_config(None, ov), log=lambda *_: None, on_step=lambda r, times=times: times.append(r.metrics))
+        train(build_config(None, ov), log=lambda *_: None, on_step=on_step)
         later = times[1:] or times  # the first step compiles kernels and allocates the optimiser's state
         res[method] = {
             "step_s": sorted(m["time/step"] for m in later)[len(later) // 2],
@@ -216,6 +238,7 @@ def bench_steps(shape, device, out: Path, steps: int, new_tokens: int, prompts_p
             "rollouts": sum(m.get("rollout/count", 0) for m in later) / len(later),
             "peak_gib": _gib(peak(device)),
         }
+        save()
     res["xrpo_over_grpo"] = res["xrpo"]["step_s"] / res["grpo"]["step_s"]
     return res
 
@@ -262,7 +285,7 @@ def main() -> None:
     )
     gen = dict(rows=128, new_tokens=128) if not args.smoke else dict(rows=4, new_tokens=4)
     stp = (
-        dict(steps=3, new_tokens=256, prompts_per_step=16, rollouts=128)
+        dict(steps=args.steps, new_tokens=args.step_tokens, prompts_per_step=16, rollouts=128)
         if not args.smoke
         else dict(steps=2, new_tokens=4, prompts_per_step=4, rollouts=16)
     )
@@ -288,7 +311,10 @@ def main() -> None:
             save()
     for shape in step_shapes:
         r = report["shapes"].setdefault(shape, {})
-        r["steps"] = attempt(f"{shape} steps", bench_steps, shape, device, out, **stp)
+        r["steps"] = {}
+        got = attempt(f"{shape} steps", bench_steps, shape, device, out, **stp, res=r["steps"], save=save)
+        if "error" in got:
+            r["steps"]["error"] = got["error"]
         save()
     save()
     print((out / f"bench_gpu{suffix}.md").read_text())
@@ -333,12 +359,13 @@ def render(report, upd, gen, stp) -> str:
         s = r.get("steps")
         if s is None:
             continue
-        if "error" in s:
+        g, x = s.get("grpo", {}), s.get("xrpo", {})
+        if "error" in s and not g:
             lines.append(f"| {shape} | {s['error']} | | | | |")
             continue
         lines.append(
-            f"| {shape} | {f(s['grpo']['step_s'], 2)} | {f(s['xrpo']['step_s'], 2)} | {f(s['xrpo_over_grpo'], 3)} "
-            f"| {f(s['grpo']['generate_s'], 2)} | {f(s['xrpo']['generate_s'], 2)} |"
+            f"| {shape} | {f(g.get('step_s'), 2)} | {f(x.get('step_s'), 2)} | {f(s.get('xrpo_over_grpo'), 3)} "
+            f"| {f(g.get('generate_s'), 2)} | {f(x.get('generate_s'), 2)} |"
         )
     return "\n".join(lines) + "\n"
 

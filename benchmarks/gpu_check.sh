@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/gpu_check.sh OUTDIR            # on the GPU machine, from the repository root
 #   bash benchmarks/gpu_check.sh --smoke OUTDIR    # the CPU rehearsal (seconds-sized), run by CI so the script cannot rot
+#   GPU_CHECK_STAGES="3 1" GPU_CHECK_T_STEPS=330 bash benchmarks/gpu_check.sh OUTDIR   # only some stages, in order
 #
 # Outputs (8 files at most, as the device tool brings back): env.txt pytest.txt bench.log bench_gpu.{json,md}
 # steps.log bench_gpu-steps.md default.log (summary.json's figures appended to it).
@@ -58,28 +59,38 @@ else
     TESTS=(tests/trainer/test_memory_gpu.py tests/trainer/test_logprobs.py tests/trainer/test_update.py
            tests/trainer/test_lora_train.py)
     # measured on an H200 (2026-11-26): tables 90 s; the step-time runs did not fit 100 s at 128 new tokens
-    T_TESTS=100; T_BENCH=140; T_STEPS=200; T_DEFAULT=60
-    BENCH=(--step-shapes); STEPS=(--shapes --step-tokens 128 --steps 2 --tag steps)
+    T_TESTS=100; T_BENCH=140; T_STEPS=300; T_DEFAULT=60
+    BENCH=(--step-shapes); STEPS=(--shapes --step-tokens 128 --steps 4 --tag steps)
     DEFAULT=(time_limit=25)  # 56 steps on an H200 with .gpucache (no warm-start)
     [ -d .gpucache ] && export XRPO_CACHE="$PWD/.gpucache"
 fi
 
+T_TESTS=${GPU_CHECK_T_TESTS:-$T_TESTS}; T_BENCH=${GPU_CHECK_T_BENCH:-$T_BENCH}
+T_STEPS=${GPU_CHECK_T_STEPS:-$T_STEPS}; T_DEFAULT=${GPU_CHECK_T_DEFAULT:-$T_DEFAULT}
+
+stage1() {
 stage "1. tests: ${TESTS[*]}"
 timeout $T_TESTS $PY -m pytest -q -p no:cacheprovider -rfE "${TESTS[@]}" > "$OUTDIR/pytest.txt" 2>&1
 echo "pytest exit $?" >> "$OUTDIR/pytest.txt"
 tail -3 "$OUTDIR/pytest.txt"
+}
 
+stage2() {
 stage "2. bench_gpu"
 timeout $T_BENCH $PY benchmarks/bench_gpu.py --out "$OUTDIR" "${BENCH[@]}" > "$OUTDIR/bench.log" 2>&1
 echo "bench exit $?" >> "$OUTDIR/bench.log"
 tail -1 "$OUTDIR/bench.log"
+}
 
+stage3() {
 stage "3. step time"
 timeout $T_STEPS $PY benchmarks/bench_gpu.py --out "$OUTDIR" "${STEPS[@]}" > "$OUTDIR/steps.log" 2>&1
 echo "steps exit $?" >> "$OUTDIR/steps.log"
 rm -f "$OUTDIR/bench_gpu-steps.json"  # its figures are in steps.log and bench_gpu-steps.md (8 files come back)
 tail -1 "$OUTDIR/steps.log"
+}
 
+stage4() {
 stage "4. default job"
 s=$(date +%s)
 timeout $T_DEFAULT $PY -m xrpo.cli train output=/tmp/xrpo-default-$$ progress=false tensorboard=false "${DEFAULT[@]}" \
@@ -91,6 +102,11 @@ s = json.load(open(sys.argv[1]))
 print(f"default job: {s['steps']} steps, pass@1 {s['pass@1_before']:.3f} -> {s['pass@1_after']:.3f}, "
       f"wall {s['wall_time_s']:.0f}s")
 EOF
+}
+
+for n in ${GPU_CHECK_STAGES:-1 2 3 4}; do
+    case $n in 1|2|3|4) "stage$n" ;; *) echo "GPU_CHECK_STAGES: unknown stage '$n' (expected 1 2 3 4)" >&2; exit 2 ;; esac
+done
 stage done
 cat "$OUTDIR"/bench_gpu*.md 2>/dev/null
 exit 0

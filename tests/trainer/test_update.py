@@ -56,7 +56,10 @@ def test_first_minibatch_ratio_is_one_for_every_rollout_icl_seeded_included(
         f"optim.old_logprobs={old_logprobs}",
         on_step=lambda rep: moved.append(_seeded_moved(rep)),
     )
-    assert sum(moved) >= 10, moved  # ICL-seeded rollouts trained under the original prompt are in these steps
+    # ICL-seeded rollouts trained under the original prompt are in at least two steps (so also after an update, where
+    # their sampling log-probs are under another prompt and must not be reused); how many depends on the device's
+    # sampling (CPU: 10 in 3 steps, an H100: 4 in 2), not on what is tested
+    assert sum(m > 0 for m in moved) >= 2, moved
     calls = loss_spy.calls
     assert sum(int(c["mask"].any(dim=1).sum()) for c in calls) == sum(r["rollout/count"] for r in rows)
     for c in calls:
