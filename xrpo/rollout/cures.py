@@ -6,7 +6,8 @@ from and what differs from the authors' code.
 The state is two integer arrays indexed by training-problem position (successes and rollouts so far): the posterior
 follows from them and the prior, which the run's config holds. With ``keep="last"`` each visit of a problem replaces
 its counts instead of adding to them: the last-visit history that the knapsack and xrpo-plus allocators read
-(`xrpo.algo.rounds`; the planner's batch source keeps it). ``state_dict`` / ``load_state_dict`` turn it into
+(`xrpo.algo.rounds`): `last_visit_state`, `visit_history` and `observe_visit` are its one rule, kept by the
+trainer's planner source and the verl driver alike. ``state_dict`` / ``load_state_dict`` turn it into
 JSON-able lists for the checkpoint's state.json. It keeps no random state: the trainer draws each step's prompts with
 a generator seeded from (seed, step), so a resumed run draws what the uninterrupted run drew.
 """
@@ -20,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from xrpo.algo.cures import beta_posterior, normalized_entropy, posterior_mean
-from xrpo.algo.rounds import cures_select
+from xrpo.algo.rounds import PromptHistory, cures_select
 from xrpo.data import Problem
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.planner import generate_rollouts
 from xrpo.rollout.prompts import PromptRenderer
-from xrpo.rollout.records import PlanConfig
+from xrpo.rollout.records import PlanConfig, PlanResult
 
 
 @dataclass
@@ -160,6 +161,32 @@ class CuresState:
             raise ValueError("checkpoint CurES state is malformed: need 0 <= successes <= trials")
         self.successes, self.trials = s, n
         self.warmup_rollouts = int(d.get("warmup_rollouts", 0))
+
+
+# ---------------------------------------------------------------------------------------------------- last visits
+def last_visit_state(num_problems: int) -> CuresState:
+    """Each training problem's last visit, for an allocator that reads history (``uses_history``: knapsack,
+    xrpo-plus): a `CuresState` with keep="last" over ``num_problems`` problems, none visited yet."""
+    return CuresState.new(num_problems, keep="last")
+
+
+def visit_history(state: CuresState, idx) -> tuple[PromptHistory, dict]:
+    """The planner's ``history`` for a step over the problems ``idx`` (positions in ``state``), and
+    ``alloc/history_frac``: the share of them with a last visit (0 through the first epoch, where the allocators
+    plan as for new prompts)."""
+    idx = np.asarray(idx, dtype=np.int64)
+    trials = state.trials[idx]
+    return PromptHistory(state.successes[idx], trials), {"alloc/history_frac": float(np.mean(trials > 0))}
+
+
+def observe_visit(state: CuresState, idx, plan: PlanResult, full_reward: float) -> None:
+    """A step's visit of the problems ``idx`` (``plan.group_ids`` index into it) becomes their last visit: the
+    successes (reward >= ``full_reward``) and rollouts of the step, ICL-seeded rollouts left out (they measure the
+    ICL prompt, not the problem); a problem whose rollouts were all seeded keeps its earlier visit."""
+    # 0/1 rewards against the state's threshold 0.5: a success is reward >= full_reward, whatever the threshold
+    solved = (np.asarray(plan.rewards) >= full_reward).astype(np.float64)
+    plain = np.array([not x.seeded for x in plan.records], dtype=bool)
+    state.observe(idx, solved, plan.group_ids, mask=plain)
 
 
 def warmup(

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from xrpo.algo.config import CuresConfig, TreePOConfig, section_values
-from xrpo.algo.rounds import PromptHistory, get_allocator, refill_keep, refill_more
+from xrpo.algo.rounds import get_allocator, refill_keep, refill_more
 from xrpo.data import Problem
 from xrpo.rollout import cures as cures_lib
 from xrpo.rollout.advantages import compute_advantages
@@ -226,13 +226,14 @@ class PlannerSource(_EpochSource):
     (``uses_history``: knapsack, xrpo-plus) it keeps each training problem's last visit, a `CuresState` with
     keep="last": the successes (reward >= full_reward) and rollouts of the problem's latest step, ICL-seeded rollouts
     left out (they measure the ICL prompt, not the problem), handed to the planner as `PromptHistory` and saved in
-    every checkpoint ("history"), so a resumed run plans what the uninterrupted run planned."""
+    every checkpoint ("history"), so a resumed run plans what the uninterrupted run planned. The rule is
+    `xrpo.rollout.cures`' (`visit_history`, `observe_visit`), which the verl driver keeps too."""
 
     def __init__(self, ctx: SourceContext, knobs: Any = None):
         super().__init__(ctx)
         self.history = None
         if get_allocator(ctx.plan.allocation).uses_history:
-            self.history = cures_lib.CuresState.new(len(ctx.problems), keep="last")
+            self.history = cures_lib.last_visit_state(len(ctx.problems))
 
     def generate(self, problems: list[Problem], sampling: SamplingParams, history=None) -> PlanResult:
         c = self.ctx
@@ -247,11 +248,10 @@ class PlannerSource(_EpochSource):
         c = self.ctx
         idx = self.order.next(c.prompts_per_step)
         problems = [c.problems[i] for i in idx]
-        plan = self.generate(problems, c.step_sampling(step, batch), PromptHistory(h.successes[idx], h.trials[idx]))
-        plan.metrics["alloc/history_frac"] = float(np.mean(h.trials[idx] > 0))
-        solved = (plan.rewards >= c.plan.full_reward).astype(np.float64)
-        plain = np.array([not x.seeded for x in plan.records], dtype=bool)
-        h.observe(idx, solved, plan.group_ids, mask=plain)
+        history, metrics = cures_lib.visit_history(h, idx)
+        plan = self.generate(problems, c.step_sampling(step, batch), history)
+        plan.metrics.update(metrics)
+        cures_lib.observe_visit(h, idx, plan, c.plan.full_reward)
         return Batch(problems, plan)
 
     def state_dict(self) -> dict:

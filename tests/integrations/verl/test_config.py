@@ -57,7 +57,7 @@ def test_overrides_reach_the_block_and_bad_values_name_the_key():
     assert (x.n_base, x.allocation) == (3, "uniform")
     for override, words in [
         ("algorithm.xrpo.n_base=1", "n_base must be >= 2"),
-        ("algorithm.xrpo.allocation=greedy", "allocation must be one of"),
+        ("algorithm.xrpo.allocation=greedy", "allocation must be one of hrp, uniform, knapsack, xrpo-plus"),
         ("algorithm.xrpo.alpha=1.5", "algorithm.xrpo.alpha=1.5: alpha is the significance level"),
         ("algorithm.xrpo.alpha=0.95", "must lie in (0, 0.5)"),
         ("algorithm.xrpo.batch_align=cut", "batch_align must be one of"),
@@ -65,7 +65,8 @@ def test_overrides_reach_the_block_and_bad_values_name_the_key():
         ("algorithm.xrpo.lam_nov=-1", "lam_nov must be >= 0"),
         # the sections' checks that verl's block did not have before it embedded them
         ("algorithm.xrpo.icl_k=0", "algorithm.xrpo.icl_k must be >= 1"),
-        ("algorithm.xrpo.allocation=cures", "allocation must be one of hrp or uniform"),
+        # CurES chooses the step's prompts; verl's dataloader does on verl: refused with the reason
+        ("algorithm.xrpo.allocation=cures", "cures chooses each step's prompts and their counts itself"),
         ("algorithm.xrpo.icl_novelty=sample", "algorithm.xrpo.icl_novelty must be train"),
         ("algorithm.xrpo.max_extra_per_prompt=-2", "max_extra_per_prompt must be >= 0 or null"),
     ]:
@@ -74,6 +75,13 @@ def test_overrides_reach_the_block_and_bad_values_name_the_key():
         assert words in str(e.value), (override, str(e.value))
     with pytest.raises(Exception, match="nbase"):  # hydra refuses keys the block does not have (struct config)
         compose("algorithm.xrpo.nbase=3")
+
+
+@pytest.mark.parametrize("allocation", ["knapsack", "xrpo-plus"])
+def test_allocations_that_read_history_are_served(allocation):
+    # (the driver keeps each prompt's last visit for them: test_history.py)
+    x = validate_xrpo_config(compose(*CPU_VALID, f"algorithm.xrpo.allocation={allocation}"))
+    assert x.allocation == allocation
 
 
 def test_verl_and_xrpo_validation_pass_on_cpu():

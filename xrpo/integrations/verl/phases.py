@@ -18,6 +18,8 @@ bookkeeping verl needs:
     mark_padding        a rollout dump's reward extras with the padding rows blanked and flagged
     append_rounds       a step's rounds appended to rounds.jsonl, the trainer's rows (`xrpo simulate --rounds-file`)
     plan_result         the step as an `xrpo.rollout.records.PlanResult` for xrpo's metrics and corpus update
+    VisitHistory        each prompt's last visit keyed by its problem id, for an allocator that reads history
+                        (knapsack, xrpo-plus): the trainer's own history and update rule, saved with the checkpoint
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from xrpo.algo.rounds import get_allocator
+from xrpo.algo.rounds import PromptHistory, get_allocator
 from xrpo.icl import build_icl_prompt
+from xrpo.rollout.cures import last_visit_state, observe_visit, visit_history
+from xrpo.trainer.checkpoint import write_atomic
 
 __all__ = [
+    "HISTORY_FILE",
     "PAD_KEY",
     "ROUND_KEY",
     "SEEDED_KEY",
+    "VisitHistory",
     "align_batch",
     "append_rounds",
     "chat_template_length",
@@ -174,10 +180,11 @@ def rewards_by_prompt(row_uids: Sequence, row_rewards, prompt_uids: Sequence) ->
     return [np.asarray(v, dtype=np.float64) for v in out]
 
 
-def round_counts(rewards: Sequence[np.ndarray], budget: int, xcfg) -> np.ndarray:
+def round_counts(rewards: Sequence[np.ndarray], budget: int, xcfg, history: PromptHistory | None = None) -> np.ndarray:
     """Extra rollouts per prompt in one planning round (Algorithm 1 line 7): the allocator ``xcfg.allocation`` of
-    `xrpo.algo.rounds` (HRP, Eqs. 1-3, or an even split)."""
-    return get_allocator(xcfg.allocation).fn(list(rewards), budget, xcfg, None)
+    `xrpo.algo.rounds` (HRP, Eqs. 1-3, an even split, ...), with the prompts' earlier visits ``history`` for an
+    allocator that reads them (`VisitHistory.before`)."""
+    return get_allocator(xcfg.allocation).fn(list(rewards), budget, xcfg, history)
 
 
 def round_gen_batch(
@@ -460,3 +467,81 @@ def plan_result(batch, prompt_uids: Sequence, rounds: list[dict], tokenizer, ful
         group_ids=np.array([x.group_id for x in records], dtype=np.int64),
         rounds=rounds,
     ), problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# each prompt's last visit (knapsack, xrpo-plus)
+# ---------------------------------------------------------------------------------------------------------------
+
+HISTORY_FILE = "xrpo_history.json"
+
+
+class VisitHistory:
+    """Each training prompt's last visit, for an allocator that reads history (``uses_history``: knapsack,
+    xrpo-plus), keyed by the prompt's problem id (`problem_id`: ``extra_info.index``, else its text).
+
+    The state and its rule are the trainer's (`xrpo.rollout.cures`): a `CuresState` with keep="last" over the
+    training set (`last_visit_state`), each prompt's successes (reward >= full_reward) and rollouts of its latest
+    step, ICL-seeded rollouts left out (`observe_visit`), handed to the planner with ``alloc/history_frac``
+    (`visit_history`). The trainer indexes it by training-set position; verl's dataloader hands the driver rows
+    without one, so each problem id gets a slot the first time the driver meets it (``ids``: slot -> id).
+    """
+
+    def __init__(self, num_problems: int):
+        self.state = last_visit_state(num_problems)
+        self.ids: list[str] = []
+        self._slot: dict[str, int] = {}
+
+    def slots(self, ids: Sequence[str]) -> np.ndarray:
+        """The slots of ``ids``, giving a new one to each id not met before."""
+        for pid in ids:
+            if pid not in self._slot:
+                if len(self.ids) == self.state.num_problems:
+                    raise ValueError(
+                        f"problem id {pid!r} is new, but the history already holds {len(self.ids)} distinct ids, as "
+                        "many as the training set has rows: did the training data change during the run?"
+                    )
+                self._slot[pid] = len(self.ids)
+                self.ids.append(pid)
+        return np.array([self._slot[pid] for pid in ids], dtype=np.int64)
+
+    def before(self, ids: Sequence[str]) -> tuple[PromptHistory, dict]:
+        """The planner's ``history`` for a step over the prompts ``ids`` and ``alloc/history_frac``."""
+        return visit_history(self.state, self.slots(ids))
+
+    def observe(self, ids: Sequence[str], plan, full_reward: float) -> None:
+        """The step's visit becomes the last visit of its prompts: ``plan`` is the step's `PlanResult`
+        (`plan_result`), whose group q is the prompt ``ids[q]``."""
+        observe_visit(self.state, self.slots(ids), plan, full_reward)
+
+    def state_dict(self) -> dict:
+        return {"ids": list(self.ids), **self.state.state_dict()}
+
+    def load_state_dict(self, d: dict) -> None:
+        ids = d.get("ids") if isinstance(d, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
+            raise ValueError("per-prompt history is malformed: expected 'ids', a list of distinct problem ids")
+        if len(ids) > self.state.num_problems:
+            raise ValueError(
+                f"per-prompt history holds {len(ids)} problem ids, the training set has {self.state.num_problems} "
+                "rows: was the run resumed with other training data?"
+            )
+        self.state.load_state_dict(d)
+        self.ids = list(ids)
+        self._slot = {pid: i for i, pid in enumerate(ids)}
+
+    def save(self, path: str) -> None:
+        """Write the history to ``path`` atomically (a reader, or a crash, sees the old file or the new one)."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_atomic(path, json.dumps(self.state_dict()))
+
+    def load(self, path: str) -> None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: per-prompt history is not valid JSON ({e})") from None
+        try:
+            self.load_state_dict(d)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None

@@ -36,11 +36,13 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 
 from xrpo.algo.allocation import plan_phases
-from xrpo.algo.rounds import one_batch_counts, plan_round, plans_rounds
+from xrpo.algo.rounds import batch_counts, get_allocator, plan_round, plans_rounds
 from xrpo.integrations.verl.advantage import ESTIMATOR_NAME
 from xrpo.integrations.verl.config import rollouts_per_step, validate_xrpo_config
 from xrpo.integrations.verl.phases import (
+    HISTORY_FILE,
     PAD_KEY,
+    VisitHistory,
     align_batch,
     append_rounds,
     check_icl_prompts,
@@ -60,7 +62,14 @@ from xrpo.rollout.corpus import update_corpus
 from xrpo.rollout.records import round_entry
 from xrpo.rollout.step import rollout_metrics
 
-__all__ = ["CORPUS_DIR", "RayXRPOTrainer", "SEQ_MEAN_MODES", "minibatch_multiple", "pads_scale_the_loss"]
+__all__ = [
+    "CORPUS_DIR",
+    "HISTORY_FILE",
+    "RayXRPOTrainer",
+    "SEQ_MEAN_MODES",
+    "minibatch_multiple",
+    "pads_scale_the_loss",
+]
 
 CORPUS_DIR = "xrpo_corpus"
 ROUNDS_FILE = "rounds.jsonl"
@@ -116,13 +125,23 @@ class RayXRPOTrainer(RayPPOTrainer):
                 )
             else:
                 self.corpus = ICLCorpus(emb, max_per_problem=self.xrpo.corpus_max_per_problem)
+        # each prompt's last visit, for an allocator that reads it (knapsack, xrpo-plus), as xrpo train keeps it
+        self.history = None
+        if get_allocator(self.xrpo.allocation).uses_history:
+            self.history = VisitHistory(len(self.train_dataset))
 
-    # ------------------------------------------------------------------ checkpoints: the corpus goes along
+    # ------------------------------------------------------------------ checkpoints: the corpus and history go along
     def _step_folder(self) -> str:
+        """The folder verl's ``_save_checkpoint`` writes step ``global_steps`` to."""
+        tr = self.config.trainer
+        return os.path.join(os.path.abspath(tr.default_local_dir), f"global_step_{self.global_steps}")
+
+    def _resume_folder(self) -> str:
+        """The folder verl's ``_load_checkpoint`` resumed from: ``resume_from_path`` if given, else the step's."""
         tr = self.config.trainer
         if tr.resume_mode == "resume_path" and tr.resume_from_path:
             return os.path.abspath(tr.resume_from_path)
-        return os.path.join(os.path.abspath(tr.default_local_dir), f"global_step_{self.global_steps}")
+        return self._step_folder()
 
     def _rounds_file(self) -> str:
         """rounds.jsonl next to the run's checkpoints (``trainer.default_local_dir``), the trainer's rows."""
@@ -132,11 +151,16 @@ class RayXRPOTrainer(RayPPOTrainer):
         super()._save_checkpoint()
         if self.corpus is not None:
             self.corpus.save(os.path.join(self._step_folder(), CORPUS_DIR))
+        if self.history is not None:
+            self.history.save(os.path.join(self._step_folder(), HISTORY_FILE))
 
     def _load_checkpoint(self):
         out = super()._load_checkpoint()
-        path = os.path.join(self._step_folder(), CORPUS_DIR)
-        if self.corpus is not None and self.global_steps > 0:
+        if self.global_steps == 0:  # a fresh start
+            return out
+        folder = self._resume_folder()
+        if self.corpus is not None:
+            path = os.path.join(folder, CORPUS_DIR)
             if not os.path.isdir(path):
                 raise FileNotFoundError(
                     f"resuming XRPO at step {self.global_steps}: no ICL corpus at {path} (the checkpoint was not "
@@ -145,7 +169,25 @@ class RayXRPOTrainer(RayPPOTrainer):
             from xrpo.icl import ICLCorpus
 
             self.corpus = ICLCorpus.load(path, self.corpus.embedder)
+        if self.history is not None:
+            path = os.path.join(folder, HISTORY_FILE)
+            if not os.path.isfile(path):
+                # as xrpo train refuses a checkpoint without "history": planning as if no prompt had been seen
+                # would not be the run that was interrupted
+                raise FileNotFoundError(
+                    f"resuming XRPO at step {self.global_steps}: no per-prompt history at {path}, which "
+                    f"algorithm.xrpo.allocation={self.xrpo.allocation} reads (the checkpoint was written by a run "
+                    "whose allocation reads none, or by a RayXRPOTrainer that did not keep it); start a new run or "
+                    "resume with the allocation the checkpoint was written with"
+                )
+            self.history.load(path)
         return out
+
+    def _observe_visits(self, result) -> None:
+        """The step's visit becomes each of its prompts' last visit (``result``: the step's `plan_result`, whose
+        rounds name the prompts' problem ids), before the step's checkpoint saves the history."""
+        if self.history is not None:
+            self.history.observe(result.rounds[0]["problems"], result, self.xrpo.full_reward)
 
     # ------------------------------------------------------------------ generation of one step (Alg. 1 lines 1-13)
     def _generate(self, gen: DataProto) -> DataProto:
@@ -154,7 +196,11 @@ class RayXRPOTrainer(RayPPOTrainer):
         out = self.async_rollout_manager.generate_sequences(padded)
         return unpad_dataproto(out, pad)
 
-    def _xrpo_rollouts(self, batch: DataProto, gen_batch: DataProto, timing_raw: dict) -> tuple[DataProto, list]:
+    def _xrpo_rollouts(
+        self, batch: DataProto, gen_batch: DataProto, timing_raw: dict, metrics: dict | None = None
+    ) -> tuple[DataProto, list]:
+        """The step's rollouts (Algorithm 1 lines 1-13) and its rounds.jsonl rows; ``metrics`` gets
+        ``alloc/history_frac`` when the allocation reads history."""
         x = self.xrpo
         n_prompts = len(batch)
         uids = list(batch.non_tensor_batch["uid"])
@@ -166,6 +212,12 @@ class RayXRPOTrainer(RayPPOTrainer):
         phases = plan_phases(n_prompts, self.xrpo_budget, x.n_base, x.plan_rounds)
         # the problem ids of rounds.jsonl's "problems", as plan_result and the corpus key them
         ids = [problem_id(extra[q], raw[q]) for q in range(n_prompts)]
+        # each prompt's last visit (knapsack, xrpo-plus; zeros on a first visit) as xrpo train hands it to the planner
+        history = None
+        if self.history is not None:
+            history, history_metrics = self.history.before(ids)
+            if metrics is not None:
+                metrics.update(history_metrics)
         parts, rounds = [], []
         row_uids: list = []
         row_rewards: list = []
@@ -188,8 +240,9 @@ class RayXRPOTrainer(RayPPOTrainer):
             return [int(np.count_nonzero(r >= x.full_reward)) for r in got]
 
         if not plans_rounds(x.allocation, x.icl):
-            # nothing to plan: the whole budget in one call, split evenly (the planner's GRPO path)
-            counts = one_batch_counts(n_prompts, self.xrpo_budget)
+            # nothing to plan: the whole budget in one call, placed from the prompts' last visits (knapsack) or split
+            # evenly (the planner's GRPO path)
+            counts = batch_counts(x, n_prompts, self.xrpo_budget, history)
             run(counts, {}, 0)
             rounds.append(round_entry(0, counts, ids, successes(parts[-1])))
         else:
@@ -201,7 +254,7 @@ class RayXRPOTrainer(RayPPOTrainer):
                 with marked_timer("xrpo_plan", timing_raw):
                     so_far = rewards_by_prompt(row_uids, row_rewards, uids)
                     corpus_ready = x.icl and self.corpus is not None and len(self.corpus) > 0
-                    plan = plan_round(so_far, budget, x, icl=corpus_ready, full_reward=x.full_reward)
+                    plan = plan_round(so_far, budget, x, icl=corpus_ready, full_reward=x.full_reward, history=history)
                 icl, truncated, dropped = {}, 0, 0
                 # Alg. 1 lines 9-10: a prompt with no correct rollout so far is seeded with solved neighbours
                 unsolved = [int(q) for q in np.flatnonzero(plan.seed)]
@@ -342,12 +395,13 @@ class RayXRPOTrainer(RayPPOTrainer):
                     with marked_timer("gen", timing_raw, color="red"):
                         if curr_profile:
                             self.llm_server_manager.start_profile()
-                        batch, rounds = self._xrpo_rollouts(batch, gen_batch, timing_raw)
+                        batch, rounds = self._xrpo_rollouts(batch, gen_batch, timing_raw, metrics)
                         self.checkpoint_manager.sleep_replicas()
                         if curr_profile:
                             self.llm_server_manager.stop_profile()
                     result, problems = plan_result(batch, prompt_uids, rounds, self.tokenizer, self.xrpo.full_reward)
                     append_rounds(self._rounds_file(), self.global_steps, rounds)
+                    self._observe_visits(result)
                     metrics.update(rollout_metrics(result, len(prompt_uids), full_reward=self.xrpo.full_reward))
 
                     # -------- 3. fit the ragged batch to verl's data-parallel / mini-batch multiples

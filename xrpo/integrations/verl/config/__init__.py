@@ -29,12 +29,26 @@ from xrpo.algo.config import (
     check_knobs,
     section_values,
 )
+from xrpo.algo.rounds import ALLOCATORS, allocator_names, get_allocator
 from xrpo.rollout.records import PlanConfig
 
-__all__ = ["BATCH_ALIGN", "XRPOConfig", "rollouts_per_step", "validate_xrpo_config", "xrpo_config"]
+__all__ = [
+    "BATCH_ALIGN",
+    "XRPOConfig",
+    "rollouts_per_step",
+    "validate_xrpo_config",
+    "verl_allocations",
+    "xrpo_config",
+]
 
 BATCH_ALIGN = ("pad", "trim")
-VERL_ALLOCATIONS = ("hrp", "uniform")
+
+
+def verl_allocations() -> tuple[str, ...]:
+    """The registered allocations (`xrpo.algo.rounds`) that `RayXRPOTrainer` serves: all but those that choose the
+    step's prompts (``selects_prompts``: CurES), since verl's dataloader chooses them. Those that read history
+    (knapsack, xrpo-plus) get each prompt's last visit from the driver (`phases.VisitHistory`)."""
+    return tuple(n for n in allocator_names() if not get_allocator(n).selects_prompts)
 
 
 @dataclass
@@ -55,10 +69,17 @@ class XRPOConfig(BaseConfig, CorpusConfig, SharpenConfig, ICLPromptConfig, ICLCo
 
     def __post_init__(self):
         where = "algorithm.xrpo."
-        if self.allocation not in VERL_ALLOCATIONS:
+        served = verl_allocations()
+        if self.allocation not in served:
+            why = ""
+            if self.allocation in ALLOCATORS:  # registered, but it chooses the step's prompts
+                why = (
+                    f": {self.allocation} chooses each step's prompts and their counts itself, but on verl the "
+                    "dataloader chooses the prompts and RayXRPOTrainer plans only their rollouts; run it with "
+                    "`xrpo train`"
+                )
             raise ValueError(
-                f"config field {where}allocation must be one of hrp or uniform (CurES runs on xrpo's own "
-                f"trainer only), got {self.allocation!r}"
+                f"config field {where}allocation must be one of {', '.join(served)}, got {self.allocation!r}{why}"
             )
         check_knobs(self, where)
         if self.icl_novelty != "train":
