@@ -9,6 +9,7 @@ over `xrpo.algo` and `xrpo.icl`, with no math of their own:
     agent_loop   verl agent loop ``xrpo_icl``: generate from the ICL prompt, store the original or the ICL prompt
     reward       verl reward function over xrpo's verifiers
     phases       Algorithm 1's driver-side steps on DataProto batches (allocation, ICL prompts, merge, pad/trim)
+                 and each prompt's last visit for the allocators that read history (`VisitHistory`)
     trainer      `RayXRPOTrainer`, verl's PPO driver running XRPO's phases in each step
     plugin       registration through verl's ``verl.plugins`` entry point (driver and every Ray worker)
     main         launcher: ``python -m xrpo.integrations.verl.main`` / ``xrpo verl``
