@@ -22,6 +22,7 @@ from xrpo.algo.rounds import batch_counts, one_batch_counts, plan_round  # noqa:
 from xrpo.integrations.verl.phases import (  # noqa: E402
     HISTORY_FILE,
     ROUND_KEY,
+    SEEDED_KEY,
     VisitHistory,
     plan_result,
     rewards_by_prompt,
@@ -114,6 +115,33 @@ def test_a_revisit_is_planned_from_the_trainers_history(tmp_path, tiny_llama_dir
     after, _ = trainer.history.before(ids)
     assert after.trials.tolist() == trainer_state.trials[:4].tolist()
     assert after.successes.tolist() == trainer_state.successes[:4].tolist()
+
+
+def test_icl_seeded_rollouts_are_left_out_of_the_history(tmp_path, tiny_llama_dir):
+    # math verifier: the random model never answers, so every prompt stays unsolved and its planning-round rollouts
+    # are ICL-seeded from the corpus (room for the paper's template: test_trainer.py's ICL test); the last visit
+    # counts the plain rollouts only, as in xrpo train
+    trainer = _trainer(
+        tmp_path,
+        tiny_llama_dir,
+        "xrpo-plus",
+        "algorithm.xrpo.icl=true",
+        "reward.custom_reward_function.reward_kwargs.verifier=math",
+        "data.max_prompt_length=900",
+    )
+    trainer.corpus.add_many(
+        [f"s{i}" for i in range(6)],
+        [f"Q: {i} + {i + 1}" for i in range(6)],
+        [f"\\boxed{{{2 * i + 1}}}" for i in range(6)],
+        [0] * 6,
+    )
+    merged, rounds, uids, _, _ = _step(trainer)
+    seeded = merged.non_tensor_batch[SEEDED_KEY]
+    row_uid = merged.non_tensor_batch["uid"]
+    assert seeded.any() and not _rewards(merged).any()  # precondition: seeded rows, all unsolved
+    hist, _ = trainer.history.before(rounds[0]["problems"])
+    assert hist.trials.tolist() == [int(((row_uid == u) & ~seeded).sum()) for u in uids]
+    assert hist.trials.sum() < len(merged) and not hist.successes.any()
 
 
 def test_history_is_saved_with_the_checkpoint_and_restored_on_resume(tmp_path, tiny_llama_dir, monkeypatch):
