@@ -35,6 +35,9 @@ ARGS=(
   # of start-up on 2 cores), Ray's dashboard UI off
   actor_rollout_ref.rollout.agent.num_workers=1 reward.num_workers=1
   +ray_kwargs.ray_init.object_store_memory=1073741824 +ray_kwargs.ray_init.include_dashboard=false
+  # no idle workers started ahead: verl's actors each need a worker with the job's environment, so Ray's two
+  # prestarted ones only sat there (~5 CPU-seconds each, measured)
+  '+ray_kwargs.ray_init._system_config={prestart_worker_first_driver:false}'
   trainer.total_epochs=1 trainer.val_before_train=false trainer.test_freq=-1 trainer.save_freq=2
   trainer.default_local_dir="$OUT/run" trainer.rollout_data_dir="$OUT/rollouts"
   trainer.project_name=xrpo_cpu trainer.experiment_name=dry_run

@@ -17,9 +17,11 @@ from xrpo.integrations.verl import cpu  # noqa: E402
 
 # what a verl process sees of the platform, the vLLM version and the two patched lines
 PROBE = """
-import importlib.metadata, json, os
+import importlib.metadata, json, os, sys
 import torch.distributed as dist
 import verl
+# the patches wait for their modules: importing verl alone pulls in neither verl's engines nor vLLM
+lazy = not {"verl.workers.engine_workers", "verl.workers.engine.fsdp.transformer_impl", "vllm"} & set(sys.modules)
 from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device
 import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
 import verl.workers.engine_workers as engine_workers
@@ -27,7 +29,7 @@ try:
     vllm_version = importlib.metadata.version("vllm")
 except importlib.metadata.PackageNotFoundError:
     vllm_version = None
-out = {"vllm": vllm_version, "pin_memory": fsdp_impl.CPUOffloadPolicy(pin_memory=True).pin_memory}
+out = {"vllm": vllm_version, "pin_memory": fsdp_impl.CPUOffloadPolicy(pin_memory=True).pin_memory, "lazy": lazy}
 if os.environ.get("XRPO_VERL_CPU") == "1":
     import verl.third_party.vllm as verl_vllm
     out["verl_vllm"] = verl_vllm.vllm_version
@@ -68,10 +70,11 @@ def test_cpu_mode_switches_verl_to_cpu_only_when_asked():
         "memory_reserved": 0,  # torch.cpu has no memory_reserved; the platform's device module answers
         "rng_restored": True,
         "process_group": "cpu:gloo",  # not "cpu:gloo,cpu:gloo", which torch refuses
+        "lazy": True,
     }
     # without the switch nothing changes: no vllm distribution, pinned offload, verl's own backend string
     off = _probe({})
-    assert off == {"vllm": None, "pin_memory": True}
+    assert off == {"vllm": None, "pin_memory": True, "lazy": True}
 
 
 def test_other_verl_versions_are_refused():

@@ -38,26 +38,25 @@ from xrpo.integrations.verl.config import xrpo_config  # noqa: E402
 from xrpo.integrations.verl.cpu import read_metrics  # noqa: E402
 from xrpo.integrations.verl.main import load_config  # noqa: E402
 from xrpo.integrations.verl.trainer import CORPUS_DIR  # noqa: E402
+from xrpo.models.loading import cache_root  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 STEPS = (1, 2, 3)
 ROLLOUTS_PER_STEP = 4 * 8  # data.train_batch_size x actor_rollout_ref.rollout.n in cpu_dry_run.sh
 
 
-@pytest.mark.slow  # two verl launches on CPU: 7-8 min of CPU time (docs/benchmarks.md, "verl on CPU")
-@pytest.mark.skipif(
-    os.environ.get("XRPO_VERL_CPU_FIT") != "1",
-    reason="the verl end-to-end run (two launches, 7-8 CPU-minutes, 7 GiB) runs by hand: XRPO_VERL_CPU_FIT=1 "
-    "python -m pytest tests/integrations/verl/test_cpu_fit.py; not yet inside CI's time budget (docs/verl.md)",
-)
+@pytest.mark.slow  # two verl launches on CPU: minutes (docs/benchmarks.md, "verl on CPU")
 def test_fit_on_cpu_trains_checkpoints_and_resumes(tmp_path):
     out = tmp_path / "dry_run"
+    # the built-in model comes from this session's model cache, named explicitly: the script's subprocesses then
+    # reuse the model the suite built (or build it there once, on a fresh machine) whatever HOME they inherit
+    env = {**os.environ, "PYTHON": sys.executable, "XRPO_CACHE": str(cache_root())}
     proc = subprocess.run(
         ["bash", str(REPO / "examples/verl/cpu_dry_run.sh"), str(out)],
         capture_output=True,
         text=True,
-        timeout=1200,
-        env={**os.environ, "PYTHON": sys.executable},
+        timeout=1500,
+        env=env,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     check_dry_run(out, proc.stdout.strip().splitlines()[-1])

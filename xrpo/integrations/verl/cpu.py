@@ -20,6 +20,9 @@ and two patches where verl has no extension point (each one named in docs/verl.m
     pin_memory the FSDP2 engine hard-codes ``CPUOffloadPolicy(pin_memory=True)`` for forward-only (reference) models;
                pinning needs an accelerator, so the reference worker gets ``pin_memory=False``
 
+Each patch is applied when its module is imported (an import hook), so that a process that never uses verl's
+engines does not import them (and vLLM with them) just to be patched.
+
 Nothing here runs unless `activate` is called: by the plugin in a process whose environment has ``XRPO_VERL_CPU=1``
 (set by `cpu_environment` for the driver and inherited by every Ray worker it starts). A GPU run never sets it.
 Pinned to verl 0.9.1 (`check_verl_version`): the patched lines and the platform interface are that version's.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.abc
 import importlib.metadata
 import json
 import os
@@ -267,8 +271,7 @@ def _platform_class():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _patch_backend() -> None:
-    import verl.workers.engine_workers as engine_workers
+def _patch_backend(engine_workers: types.ModuleType) -> None:
     from verl.utils.distributed import initialize_global_process_group_ray
 
     engine_workers.initialize_global_process_group_ray = functools.partial(
@@ -276,9 +279,7 @@ def _patch_backend() -> None:
     )
 
 
-def _patch_offload_pinning() -> None:
-    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
-
+def _patch_offload_pinning(fsdp_impl: types.ModuleType) -> None:
     policy = fsdp_impl.CPUOffloadPolicy
 
     def unpinned_offload_policy(*args, pin_memory: bool = True, **kwargs):
@@ -287,14 +288,61 @@ def _patch_offload_pinning() -> None:
     fsdp_impl.CPUOffloadPolicy = unpinned_offload_policy
 
 
+# Each patch runs when its module is imported, not when verl is: importing ``engine_workers`` pulls in vLLM and
+# verl's engines (5-7 CPU-seconds on the 2-core VM), which most of a run's processes (the driver, the load
+# balancer, the reward and agent-loop workers) never need. Measured: docs/benchmarks.md, "verl on CPU".
+_PATCHES = {
+    "verl.workers.engine_workers": _patch_backend,
+    "verl.workers.engine.fsdp.transformer_impl": _patch_offload_pinning,
+}
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds the modules of `_PATCHES` through the other finders and patches each right after it executes."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _PATCHES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                spec.loader = _PatchingLoader(spec.loader, _PATCHES[name])
+                return spec
+        return None
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader, patch):
+        self._loader, self._patch = loader, patch
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._patch(module)
+
+    def __getattr__(self, name):  # get_source, get_filename, ...: the wrapped loader's
+        return getattr(self._loader, name)
+
+
+def _install_patches() -> None:
+    for name, patch in _PATCHES.items():
+        if name in sys.modules:  # imported before the plugin ran (not in a verl process, which imports it first)
+            patch(sys.modules[name])
+    if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
 @functools.cache
 def activate() -> None:
     """Switch this process's verl to CPU mode (idempotent). Called by the plugin when ``XRPO_VERL_CPU=1``."""
     check_verl_version()
     _install_vllm_metadata()
     _platform_class()
-    _patch_backend()
-    _patch_offload_pinning()
+    _install_patches()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
