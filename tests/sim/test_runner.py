@@ -133,7 +133,7 @@ def test_read_rounds_rates_refuses_files_without_per_prompt_successes(tmp_path):
     bad = tmp_path / "bad.jsonl"
     ok = json.dumps(row(1, 0, ["a"], [2], [1]))
     bad.write_text(ok + "\n{not json\n" + ok + "\n")  # a broken line inside the file is an error, not a kill
-    with pytest.raises(ValueError, match="bad.jsonl line 2: not JSON"):
+    with pytest.raises(ValueError, match="bad.jsonl line 2: not valid JSON"):
         read_rounds_rates(bad)
     over = write_rounds(tmp_path / "over.jsonl", [row(1, 0, ["a", "b"], [2, 2], [1, 3])])
     with pytest.raises(ValueError, match="over.jsonl line 1: prompt 1 has successes=3 of alloc=2"):
