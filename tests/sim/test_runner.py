@@ -196,7 +196,7 @@ def test_rounds_file_rates_raw_or_fitted(tmp_path):
         ({"methods": ["uniform", "grpo"]}, "methods: unknown method 'grpo'; valid: cures, dapo, hrp"),
         ({"methods": ["hrp", "hrp"]}, "lists a method twice"),
         ({"steps": 1}, "steps must be >= 2"),
-        ({"alpha": 1.0}, "alpha must be in \\(0, 1\\)"),
+        ({"alpha": 1.0}, "alpha: config field alpha=1.0: .* must lie in \\(0, 0.5\\)"),
         ({"icl_add": 2.0}, "icl_add must be in \\[-1, 1\\]"),
         ({"dist": "beta(1,1)", "rounds_file": "x"}, "give dist or rounds_file, not both"),
         ({"rounds_steps": "1:2"}, "rounds_steps selects steps of rounds_file, which is not given"),

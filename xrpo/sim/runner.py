@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from xrpo.algo.allocation import plan_phases
+from xrpo.algo.config import AllocationConfig, BatchConfig, CuresConfig, check_knob_fields, knob
+from xrpo.algo.presets import preset_changes
 from xrpo.algo.rounds import cures_select, one_batch_counts
 from xrpo.algo.signal import nonzero_variance_prob, oracle_allocation
 from xrpo.algo.stats import mean_ci, ratio_ci
@@ -126,16 +128,12 @@ class SimConfig:
     """Prompts per step (rollout.prompts_per_step)."""
     rollouts: int = 128
     """Rollouts per step over all prompts, the step budget (rollout.rollouts_per_step)."""
-    n_base: int = 4
-    """Base rollouts per prompt before planning (method.n_base), >= 2."""
-    rounds: int = 2
-    """Planning rounds after the base round (method.plan_rounds)."""
-    alpha: float = 0.05
-    """Significance of HRP's Student-t interval, Eq. (1) (method.alpha)."""
-    lam: float = 0.1
-    """HRP's exploration weight lambda (method.lam)."""
-    max_extra: int | None = None
-    """Cap on the extra rollouts one prompt gets in one planning round (None: no cap)."""
+    # the method's knobs are their sections' (xrpo.algo.config): default, docstring and check
+    n_base: int = knob(AllocationConfig, "n_base")
+    rounds: int = knob(AllocationConfig, "plan_rounds")
+    alpha: float = knob(AllocationConfig, "alpha")
+    lam: float = knob(AllocationConfig, "lam")
+    max_extra: int | None = knob(AllocationConfig, "max_extra_per_prompt")
     steps: int = 1000
     """Simulated steps (independent batches); intervals shrink as 1/sqrt(steps)."""
     seed: int = 0
@@ -148,18 +146,17 @@ class SimConfig:
     Issue #19's audit of the default task: about 0.5."""
     icl_add: float = 0.0
     """p_icl's additive term: lets a never-solved prompt (p = 0) be solved from its examples."""
-    max_gen_batches: int = 10
+    # the dapo method simulates the dapo preset: its max_gen_batches (BatchConfig's default, 1, draws no refill)
+    max_gen_batches: int = knob(BatchConfig, "max_gen_batches", default=preset_changes("dapo")["max_gen_batches"])
     """DAPO: most generation batches per step (method.max_gen_batches; the dapo preset: 10)."""
-    cures_history: int = 4
+    cures_history: int = knob(CuresConfig, "cures_warmup_rollouts")
     """CurES: earlier rollouts of each prompt in its Beta posterior (method.cures_warmup_rollouts: the state at a
     prompt's first visit); they are not charged to the step."""
     cures_pool: int | None = None
     """CurES: candidate prompts it draws the step's prompts from (None: the step's own prompts, so that CurES is paired
     with the other methods and differs only in its counts)."""
-    cures_temp_scale: float = 100.0
-    """CurES: temperature scale c of T_i = c * alpha_i (method.cures_temp_scale)."""
-    cures_min_count: int = 2
-    """CurES: fewest rollouts of a drawn prompt (method.cures_min_count)."""
+    cures_temp_scale: float = knob(CuresConfig, "cures_temp_scale")
+    cures_min_count: int = knob(CuresConfig, "cures_min_count")
     last_visit: int = 8
     """knapsack, xrpo-plus: rollouts of each prompt's previous visit (an earlier epoch, at the same success rate),
     from which knapsack estimates p and which xrpo-plus adds to its posterior; 0: every prompt unseen."""
@@ -179,23 +176,11 @@ class SimConfig:
             if not ok:
                 raise ValueError(f"{name} must be {what}, got {getattr(self, name)!r}")
 
-        for name in (
-            "prompts",
-            "rollouts",
-            "n_base",
-            "rounds",
-            "steps",
-            "seed",
-            "max_gen_batches",
-            "cures_history",
-            "cures_min_count",
-            "last_visit",
-        ):
+        check_knob_fields(self)
+        for name in ("prompts", "rollouts", "steps", "seed", "last_visit"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool), name, "an integer")
         need(self.prompts >= 1, "prompts", ">= 1")
-        need(self.n_base >= 2, "n_base", ">= 2 (the t quantile of Eq. (1) needs two rewards)")
-        need(self.rounds >= 0, "rounds", ">= 0")
         need(self.steps >= 2, "steps", ">= 2 (an interval needs two steps)")
         need(
             self.rollouts >= self.n_base * self.prompts,
@@ -207,18 +192,8 @@ class SimConfig:
                 f"rounds=0 leaves {self.rollouts - self.n_base * self.prompts} of rollouts={self.rollouts}"
                 " unallocated after the base round: give rounds >= 1 or rollouts = n_base * prompts"
             )
-        need(0.0 < self.alpha < 1.0, "alpha", "in (0, 1)")
-        need(math.isfinite(self.lam) and self.lam >= 0, "lam", "a number >= 0")
-        need(
-            self.max_extra is None or (isinstance(self.max_extra, int) and self.max_extra >= 0),
-            "max_extra",
-            "None or an integer >= 0",
-        )
         need(math.isfinite(self.icl_mult) and self.icl_mult >= 0, "icl_mult", "a number >= 0")
         need(math.isfinite(self.icl_add) and -1 <= self.icl_add <= 1, "icl_add", "in [-1, 1]")
-        need(self.max_gen_batches >= 1, "max_gen_batches", ">= 1")
-        need(self.cures_history >= 0, "cures_history", ">= 0")
-        need(self.cures_min_count >= 1, "cures_min_count", ">= 1")
         need(self.last_visit >= 0, "last_visit", ">= 0")
         need(
             self.rollouts >= self.cures_min_count * self.prompts or "cures" not in self.methods,
@@ -230,7 +205,6 @@ class SimConfig:
             "cures_pool",
             f"None or an integer >= prompts ({self.prompts})",
         )
-        need(math.isfinite(self.cures_temp_scale) and self.cures_temp_scale > 0, "cures_temp_scale", "a number > 0")
         need(
             self.oracle_min is None
             or (
