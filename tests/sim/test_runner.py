@@ -15,15 +15,14 @@ from xrpo.sim.runner import (
     SIM_METHODS,
     SimConfig,
     _prompt_source,
-    markdown_table,
     parse_mixture,
     parse_sweep,
     read_rounds_rates,
     register_sim_method,
     simulate,
     sweep,
-    sweep_table,
 )
+from xrpo.sim.tables import markdown_table, sweep_table
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
