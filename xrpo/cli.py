@@ -123,7 +123,8 @@ def _report(args) -> int:
 
 
 def _simulate(args) -> int:
-    from xrpo.sim.runner import SimConfig, run_cli
+    from xrpo.sim.runner import SimConfig
+    from xrpo.sim.tables import run_cli
 
     values: dict = {}
     if args.config:

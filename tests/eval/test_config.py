@@ -31,8 +31,8 @@ def test_resolved_n():
     [
         (dict(greedy=True, n=4), "--greedy draws one sample per problem; got --n 4"),
         (dict(n=4, k=[1, 8]), r"every --k must be in \[1, n=4\], got \[8\]"),
-        (dict(temperature=0.0), "--temperature must be > 0"),
-        (dict(top_p=1.5), r"--top-p must be in \(0, 1\]"),
+        (dict(temperature=0.0), "--temperature must be a finite number > 0"),
+        (dict(top_p=1.5), r"--top-p must be a number in \(0, 1\]"),
         (dict(chunk_size=0), "--chunk-size must be >= 1, got 0"),
         (dict(engine="sglang"), "--engine must be hf or vllm, got 'sglang'"),
         (dict(dtype="float16"), "--dtype must be float32 or bfloat16, got 'float16'"),

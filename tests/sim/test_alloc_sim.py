@@ -1,5 +1,5 @@
 """Tests of xrpo.sim.alloc_sim, the simulator steps of the methods beyond the paper (issue #33), and of their
-registration in xrpo.sim.runner (knapsack, xrpo-plus and its ablations): budgets, phases, ICL seeding, the same
+registration in xrpo.sim.methods (knapsack, xrpo-plus and its ablations): budgets, phases, ICL seeding, the same
 draws as the library's functions, and xrpo-plus's gain on the study's measured rates."""
 
 from __future__ import annotations

@@ -15,15 +15,14 @@ from xrpo.sim.runner import (
     SIM_METHODS,
     SimConfig,
     _prompt_source,
-    markdown_table,
     parse_mixture,
     parse_sweep,
     read_rounds_rates,
     register_sim_method,
     simulate,
     sweep,
-    sweep_table,
 )
+from xrpo.sim.tables import markdown_table, sweep_table
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -133,7 +132,7 @@ def test_read_rounds_rates_refuses_files_without_per_prompt_successes(tmp_path):
     bad = tmp_path / "bad.jsonl"
     ok = json.dumps(row(1, 0, ["a"], [2], [1]))
     bad.write_text(ok + "\n{not json\n" + ok + "\n")  # a broken line inside the file is an error, not a kill
-    with pytest.raises(ValueError, match="bad.jsonl line 2: not JSON"):
+    with pytest.raises(ValueError, match="bad.jsonl line 2: not valid JSON"):
         read_rounds_rates(bad)
     over = write_rounds(tmp_path / "over.jsonl", [row(1, 0, ["a", "b"], [2, 2], [1, 3])])
     with pytest.raises(ValueError, match="over.jsonl line 1: prompt 1 has successes=3 of alloc=2"):
@@ -196,7 +195,7 @@ def test_rounds_file_rates_raw_or_fitted(tmp_path):
         ({"methods": ["uniform", "grpo"]}, "methods: unknown method 'grpo'; valid: cures, dapo, hrp"),
         ({"methods": ["hrp", "hrp"]}, "lists a method twice"),
         ({"steps": 1}, "steps must be >= 2"),
-        ({"alpha": 1.0}, "alpha must be in \\(0, 1\\)"),
+        ({"alpha": 1.0}, "alpha: config field alpha=1.0: .* must lie in \\(0, 0.5\\)"),
         ({"icl_add": 2.0}, "icl_add must be in \\[-1, 1\\]"),
         ({"dist": "beta(1,1)", "rounds_file": "x"}, "give dist or rounds_file, not both"),
         ({"rounds_steps": "1:2"}, "rounds_steps selects steps of rounds_file, which is not given"),

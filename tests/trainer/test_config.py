@@ -137,7 +137,7 @@ def test_round_trip():
         # the paper's sensitivity table writes the confidence level as alpha: 0.95 means alpha = 0.05
         ("method.alpha=0.95", r"must lie in \(0, 0.5\).*alpha = 0.95 there is alpha = 0.05 here"),
         ("method.alpha=0.5", r"must lie in \(0, 0.5\)"),
-        ("rollout.temperature=0", r"rollout.temperature must be > 0"),
+        ("rollout.temperature=0", r"rollout.temperature must be a finite number > 0"),
         ("rollout.temperature=0.7 & optim.old_logprobs=reuse", "optim.old_logprobs must be auto or recompute"),
         ("method.icl_novelty=both", "method.icl_novelty must be one of train, sample or exclude"),
         ("method.lam=true", "config field method.lam expects float, got True"),

@@ -16,3 +16,30 @@ def test_rows_and_unreadable_lines(tmp_path):
     rows, bad = read_jsonl(p)
     assert bad == 2
     assert rows == [{"step": 1, "a": 1}, {"step": 2, "a": 2}, {"step": 3, "a": 30}, {"step": 4, "a": 4}]
+
+
+def test_strict_refuses_a_bad_line_inside_the_file_naming_it(tmp_path):
+    import pytest
+
+    from xrpo.trainer.jsonl import read_lines
+
+    p = tmp_path / "rounds.jsonl"
+    p.write_text('{"step": 1}\n{not json\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"rounds\.jsonl line 2: not valid JSON \(.*\); and why"):
+        read_lines(p, strict=True, why="; and why")
+    assert read_jsonl(p) == ([{"step": 1}, {"step": 2}], 1)  # tolerant: counted and skipped
+    # the last line cut short by a kill is counted, also when strict
+    p.write_text('{"step": 1}\n{"step": 2, "a\n')
+    assert read_jsonl(p, strict=True) == ([{"step": 1}], 1)
+    # byte for byte (the resume's rewind): no row recovered from a glued line; the unreadable one kept as text
+    p.write_text('{"step": 1, "a{"step": 1}\n{"st')
+    lines, bad = read_lines(p, glued=False, keep_unreadable=True)
+    assert bad == 2 and [(ln.number, ln.text, ln.row) for ln in lines] == [
+        (1, '{"step": 1, "a{"step": 1}', None),
+        (2, '{"st', None),
+    ]
+    lines, bad = read_lines(p, keep_unreadable=True)  # glued: the row after the fragment, with its own text
+    assert bad == 2 and [(ln.number, ln.text, ln.row) for ln in lines] == [
+        (1, '{"step": 1}', {"step": 1}),
+        (2, '{"st', None),
+    ]

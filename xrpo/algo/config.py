@@ -15,7 +15,8 @@ the rules that tie sections together, and names the failing key with the caller'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+import re
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from xrpo.algo.advantages import ADV_SCALES
@@ -47,7 +48,10 @@ __all__ = [
     "StreamConfig",
     "TREE_DIVERGENCES",
     "TreePOConfig",
+    "check_knob_fields",
     "check_knobs",
+    "knob",
+    "knob_section",
     "knob_names",
     "section_values",
 ]
@@ -441,3 +445,39 @@ def check_knobs(obj: Any, where: str = "") -> None:
                 f"must be false with {where}sampler=tree (ICL seeding draws independent rollouts from an ICL prompt)",
                 obj.icl,
             )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a knob under another name (`xrpo simulate`'s flat options): default, docstring and check stay the section's
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def knob(section: type, name: str, default: Any = MISSING) -> Any:
+    """A dataclass field that is ``section``'s knob ``name`` under the field's own name (`xrpo simulate`'s
+    ``rounds`` is `AllocationConfig`'s ``plan_rounds``): its default is the section's unless ``default`` is given,
+    its docstring is the section's (`xrpo.trainer.fields.field_docs`, unless the field has its own), and
+    `check_knob_fields` runs the section's check on it."""
+    sec = {f.name: f for f in fields(section)}[name]
+    return field(default=sec.default if default is MISSING else default, metadata={"knob": (section, name)})
+
+
+def knob_section(obj: Any, section: type) -> Any:
+    """``section`` with ``obj``'s values of its `knob` fields (the section's defaults for the others)."""
+    values = {
+        f.metadata["knob"][1]: getattr(obj, f.name)
+        for f in fields(obj)
+        if f.metadata.get("knob", (None,))[0] is section
+    }
+    return section(**values)
+
+
+def check_knob_fields(obj: Any) -> None:
+    """Run the owning section's check on every `knob` field of ``obj``; an error names the field and the knob."""
+    names = {f.metadata["knob"]: f.name for f in fields(obj) if "knob" in f.metadata}
+    for section in dict.fromkeys(sec for sec, _ in names):
+        try:
+            _SECTION_CHECKS[section](knob_section(obj, section), "")
+        except ValueError as e:
+            named = re.match(r"config field (\w+)", str(e))
+            field_name = names.get((section, named.group(1))) if named else None
+            raise ValueError(f"{field_name}: {e}" if field_name else str(e)) from None

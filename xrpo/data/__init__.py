@@ -12,8 +12,6 @@ from xrpo.data.loaders import (
     load_problems,
     load_problems_with_layout,
     register_layout,
-    save_problems_jsonl,
-    save_problems_verl_parquet,
 )
 from xrpo.data.problem import DataError, Problem
 from xrpo.data.tasks import (
@@ -24,6 +22,7 @@ from xrpo.data.tasks import (
     make_default_task,
     warmup_texts,
 )
+from xrpo.data.writers import save_problems_jsonl, save_problems_verl_parquet
 
 __all__ = [
     "DEFAULT_FAMILIES",

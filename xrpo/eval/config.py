@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xrpo.rollout.build import ENGINES
+from xrpo.rollout.engine import check_temperature, check_top_p
 from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
 
 __all__ = ["EvalConfig", "default_chunk_size", "default_ks"]
@@ -114,10 +115,11 @@ class EvalConfig:
             bad = [k for k in self.k if not 1 <= k <= n]
             if bad:
                 raise ValueError(f"every --k must be in [1, n={n}], got {bad}")
-        if not self.greedy and not (self.temperature > 0):
-            raise ValueError(f"--temperature must be > 0 (use --greedy for greedy decoding), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if not self.greedy:
+            check_temperature(
+                self.temperature, "--temperature", greedy=False, why=" (use --greedy for greedy decoding)"
+            )
+        check_top_p(self.top_p, "--top-p")
         for name in (
             "max_new_tokens",
             "limit",

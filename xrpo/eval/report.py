@@ -142,22 +142,6 @@ class _Page:
         return "\n".join(out) + "\n</body></html>\n"
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(path.read_text(encoding="utf-8").splitlines()):
-                break  # a line cut short by a killed run
-            raise ValueError(f"{path} line {i}: not valid JSON") from None
-    return rows
-
-
 def _last_per_step(rows: list[dict]) -> list[dict]:
     """One metrics row per step, the last written, in step order (the runs of an xrpo before issue #21 logged the
     steps redone after a resume twice)."""
@@ -216,16 +200,17 @@ def make_report(
     import yaml
 
     from xrpo.eval import plots
+    from xrpo.trainer.jsonl import read_jsonl
 
     run = Path(run_dir)
     if not (run / "metrics.jsonl").is_file():
         raise FileNotFoundError(f"{run}: no metrics.jsonl; expected an xrpo training run directory")
     out = Path(output) if output else run / "report"
     out.mkdir(parents=True, exist_ok=True)
-    logged = _read_jsonl(run / "metrics.jsonl")
+    logged = read_jsonl(run / "metrics.jsonl", strict=True)[0]
     metrics = _last_per_step(logged)
-    evals = _read_jsonl(run / "eval.jsonl")
-    rounds = _read_jsonl(run / "rounds.jsonl")
+    evals = read_jsonl(run / "eval.jsonl", strict=True)[0]
+    rounds = read_jsonl(run / "rounds.jsonl", strict=True)[0]
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
     config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else {}
     method = (config.get("method") or {}).get("name") or summary.get("method") or "?"

@@ -64,6 +64,27 @@ def _is_int(x) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
+def check_temperature(value, name: str = "temperature", *, greedy: bool = True, why: str = "") -> None:
+    """The sampling temperature: a finite number >= 0, 0 being greedy decoding; with ``greedy=False`` (a caller
+    that samples, e.g. the trainer: greedy rollouts of a prompt would all be the same) > 0. ``why`` is appended to
+    the error, which names ``name``. Every sampling temperature xrpo reads is checked here (`SamplingParams`, the
+    trainer's ``rollout.temperature``, ``xrpo eval --temperature``)."""
+    low = "> 0" if not greedy else ">= 0 (0: greedy decoding)"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not (value > 0 or (greedy and value == 0))
+        or value == float("inf")
+    ):
+        raise ValueError(f"{name} must be a finite number {low}{why}, got {value!r}")
+
+
+def check_top_p(value, name: str = "top_p") -> None:
+    """Nucleus sampling's probability mass: a number in (0, 1] (1 disables it)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
+        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample completions; the same object drives every backend."""
@@ -81,12 +102,8 @@ class SamplingParams:
     the backend's running random state. A trainer should pass a different seed every step (e.g. base seed + step)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, numbers.Real):
-            raise ValueError(f"SamplingParams.temperature: expected a number >= 0, got {self.temperature!r}")
-        if not self.temperature >= 0 or self.temperature == float("inf"):
-            raise ValueError(f"SamplingParams.temperature: expected a finite number >= 0, got {self.temperature!r}")
-        if isinstance(self.top_p, bool) or not isinstance(self.top_p, numbers.Real) or not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingParams.top_p: expected a number in (0, 1], got {self.top_p!r}")
+        check_temperature(self.temperature, "SamplingParams.temperature")
+        check_top_p(self.top_p, "SamplingParams.top_p")
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens: expected an int >= 1, got {self.max_new_tokens!r}")
         if isinstance(self.stop, str):

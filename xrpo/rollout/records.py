@@ -19,6 +19,7 @@ from xrpo.algo.config import (
     StreamConfig,
     check_knobs,
 )
+from xrpo.algo.signal import check_count
 
 __all__ = ["PlanConfig", "PlanResult", "RolloutRecord", "round_entry"]
 
@@ -34,12 +35,7 @@ class PlanConfig(StreamConfig, SharpenConfig, ICLPromptConfig, ICLConfig, Alloca
 
     def __post_init__(self):
         check_knobs(self)
-        if (
-            isinstance(self.rollouts_per_step, bool)
-            or not isinstance(self.rollouts_per_step, int)
-            or self.rollouts_per_step < 1
-        ):
-            raise ValueError(f"config field rollouts_per_step must be >= 1, got {self.rollouts_per_step!r}")
+        check_count(self.rollouts_per_step, "config field rollouts_per_step", 1)
 
 
 @dataclass

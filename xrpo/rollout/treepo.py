@@ -43,6 +43,7 @@ import numpy as np
 
 from xrpo.algo.allocation import split_budget
 from xrpo.algo.config import TreePOConfig, check_knobs
+from xrpo.algo.signal import check_count
 from xrpo.algo.tree import branch_budget, divergence_weights, divide_width
 from xrpo.data import Problem
 from xrpo.rollout.engine import Rollout, SamplingParams, cut_at_stop
@@ -63,12 +64,7 @@ class TreeConfig(TreePOConfig):
 
     def __post_init__(self):
         check_knobs(self)
-        if (
-            isinstance(self.rollouts_per_step, bool)
-            or not isinstance(self.rollouts_per_step, int)
-            or self.rollouts_per_step < 1
-        ):
-            raise ValueError(f"config field rollouts_per_step must be >= 1, got {self.rollouts_per_step!r}")
+        check_count(self.rollouts_per_step, "config field rollouts_per_step", 1)
 
 
 @dataclass

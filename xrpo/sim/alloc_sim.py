@@ -26,6 +26,7 @@ import numpy as np
 from xrpo.algo.allocation import plan_phases
 from xrpo.algo.knapsack import knapsack_allocation
 from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
+from xrpo.algo.rounds import is_nonuniform, seed_candidates
 from xrpo.sim.model import StepOutcome, fixed_outcome
 
 __all__ = ["NEIGHBOR_NOISE", "knapsack_step", "last_visit_draw", "neighbor_rates", "posterior_step"]
@@ -132,9 +133,8 @@ def posterior_step(
         if b == 0:
             continue
         alloc = posterior_allocation(k, m, b, prior=prior, prior_mean=prior_mean, max_per_prompt=max_per_prompt, **hist)
-        # the planner's flag: an even split of b over Q prompts differs by at most 1 (0 if Q divides b)
-        nonuniform.append(bool(int(alloc.max() - alloc.min()) > (0 if b % Q == 0 else 1)))
-        seeded = (alloc > 0) & (k == 0) if icl else np.zeros(Q, dtype=bool)
+        nonuniform.append(is_nonuniform(alloc, b))  # the planner's rules (xrpo.algo.rounds), not copies
+        seeded = seed_candidates(alloc, k > 0) if icl else np.zeros(Q, dtype=bool)
         s = rng.binomial(alloc, np.where(seeded, pi, pp)).astype(np.int64)
         k += s
         m += alloc

@@ -4,13 +4,13 @@ run's rounds.jsonl (:func:`read_rounds_counts`: the trainer's and the verl drive
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 
 from xrpo.algo.stats import mean_ci
+from xrpo.trainer.jsonl import read_lines
 
 __all__ = ["parse_mixture", "parse_steps", "read_rounds_counts", "read_rounds_rates"]
 
@@ -92,26 +92,9 @@ def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.n
         raise FileNotFoundError(f"rounds_file: {p} does not exist (give a run directory or its rounds.jsonl)")
     lo, hi = parse_steps(steps)
     blocks: list[tuple[int, list[dict]]] = []
-    lines = p.read_text().splitlines()
-    skipped = 0
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            # a killed run leaves a partial last line; a resumed run appends its next row right after it
-            cut = line.rfind('{"step"')
-            try:
-                row = json.loads(line[cut:]) if cut > 0 else None
-            except json.JSONDecodeError:
-                row = None
-            if row is None:
-                if lineno == len(lines):  # a partial last line: the run was killed mid-write
-                    skipped += 1
-                    continue
-                raise ValueError(f"{p} line {lineno}: not JSON ({e.msg})") from None
-            skipped += 1
+    # a killed run's partial last line, or the row a resumed run glued to it, is counted in "unreadable_lines"
+    lines, skipped = read_lines(p, strict=True)
+    for lineno, _, row in lines:
         if not isinstance(row, dict):
             raise ValueError(f"{p} line {lineno}: expected a JSON object, got {type(row).__name__}")
         missing = [k for k in ("step", "alloc", "problems", "successes") if k not in row]

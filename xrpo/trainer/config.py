@@ -29,6 +29,7 @@ from xrpo.algo.config import (
     TreePOConfig,
     check_knobs,
 )
+from xrpo.rollout.engine import check_temperature, check_top_p
 from xrpo.rollout.prompts import FEWSHOT_POSITIONS
 from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
 
@@ -362,12 +363,12 @@ class TrainConfig:
                 f"{m.cures_min_count * r.prompts_per_step}",
                 r.rollouts_per_step,
             )
-        _check(
-            r.temperature > 0,
-            "rollout.temperature",
-            "must be > 0 (old log-probs and the policy forward divide the logits by it, as verl does; greedy "
-            "rollouts of a prompt would all be the same, with no advantage)",
+        check_temperature(
             r.temperature,
+            "config field rollout.temperature",
+            greedy=False,
+            why=" (old log-probs and the policy forward divide the logits by it, as verl does; greedy rollouts of a "
+            "prompt would all be the same, with no advantage)",
         )
         _check(
             not (o.old_logprobs == "reuse" and r.temperature != 1.0),
@@ -376,7 +377,7 @@ class TrainConfig:
             "temperature-1 ones; the PPO ratio needs them at the sampling temperature)",
             o.old_logprobs,
         )
-        _check(0 < r.top_p <= 1, "rollout.top_p", "must be in (0, 1]", r.top_p)
+        check_top_p(r.top_p, "config field rollout.top_p")
         _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
         _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)
         if r.planner == "streaming":

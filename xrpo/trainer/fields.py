@@ -24,6 +24,10 @@ def field_docs(cls) -> dict[str, str]:
     for base in reversed(cls.__mro__):
         if dataclasses.is_dataclass(base) and base.__module__.startswith("xrpo."):
             docs.update(_own_field_docs(base))
+    for f in dataclasses.fields(cls):  # a knob under another name (xrpo.algo.config.knob): its section's docstring
+        if "knob" in f.metadata and f.name not in docs:
+            section, name = f.metadata["knob"]
+            docs[f.name] = field_docs(section)[name] + (f" (method.{name})" if name != f.name else "")
     return docs
 
 

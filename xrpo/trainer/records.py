@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from xrpo.trainer.checkpoint import fsync_dir, set_aside_later_checkpoints, write_atomic
+from xrpo.trainer.jsonl import read_jsonl, read_lines
 
 # the per-step records of a run; each row has a "step"
 RECORDS = ("metrics.jsonl", "rounds.jsonl", "samples.jsonl", "eval.jsonl")
@@ -42,25 +43,15 @@ def discarded_path(path: Path) -> Path:
 
 
 def _read_rows(path: Path) -> list[tuple[str, dict | None]]:
-    """(raw line, row) pairs; a last line cut short by a kill is (raw, None). Any other bad line is an error."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    out: list[tuple[str, dict | None]] = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines):
-                out.append((line, None))
-                continue
-            raise ValueError(
-                f"{path} line {i}: not valid JSON; cannot bring the record back to the checkpoint"
-            ) from None
-        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-            raise ValueError(f"{path} line {i}: expected a JSON object with an integer 'step'")
-        out.append((line, row))
-    return out
+    """(raw line, row) pairs; a last line cut short by a kill is (raw, None). Any other bad line is an error. Lines
+    are kept byte for byte, so no row is recovered from a glued line (`xrpo.trainer.jsonl.read_lines`)."""
+    lines, _ = read_lines(
+        path, strict=True, glued=False, keep_unreadable=True, why="; cannot bring the record back to the checkpoint"
+    )
+    for ln in lines:
+        if ln.row is not None and not (isinstance(ln.row, dict) and isinstance(ln.row.get("step"), int)):
+            raise ValueError(f"{path} line {ln.number}: expected a JSON object with an integer 'step'")
+    return [(ln.text, ln.row) for ln in lines]
 
 
 def _append_synced(path: Path, lines: list[str]) -> None:
@@ -281,14 +272,9 @@ def discarded_totals(output: Path) -> dict:
     gone = {}
     for name in ("metrics.jsonl", "eval.jsonl"):
         path = discarded_path(Path(output) / name)
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:  # an append cut short by a crash: the row is still in the record
-                continue
-            if isinstance(row, dict) and "step" in row:  # not an {"unreadable_line": ...}
-                rows.append(row)
+        # an append cut short by a crash is skipped: the row is still in the record
+        lines, _ = read_jsonl(path, glued=False)
+        rows = [row for row in lines if isinstance(row, dict) and "step" in row]  # not an {"unreadable_line": ...}
         gone[name] = rows
     return {
         "discarded_steps": 0,
