@@ -114,7 +114,7 @@ def test_eval_malformed_row_names_file_and_row(env, tmp_path, capsys):
     [
         (["--n", "4", "--k", "8"], "every --k must be in [1, n=4], got [8]"),
         (["--greedy", "--n", "4"], "--greedy draws one sample per problem"),
-        (["--temperature", "0"], "--temperature must be > 0 (use --greedy"),
+        (["--temperature", "0"], "--temperature must be a finite number > 0 (use --greedy"),
         (["--prompt-template", "no placeholder"], "--prompt-template must contain {prompt}"),
         (["--verifier", "no_such_verifier"], "unknown verifier 'no_such_verifier'"),
     ],

@@ -51,6 +51,18 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/rollout/test_planner.py", "tests/rollout/test_streaming.py"),
         "a step's rollouts as they arrive: driven by the rounds and streaming schedules, tested through both",
     ),
+    "xrpo/data/writers.py": (
+        ("tests/data/test_loaders.py",),
+        "saving problems (JSONL, verl parquet), tested by reading them back with the loaders",
+    ),
+    "xrpo/sim/methods.py": (
+        ("tests/sim/test_runner.py", "tests/sim/test_alloc_sim.py"),
+        "the registry of simulated methods, each a call of the library's rule: run by the runner's tests",
+    ),
+    "xrpo/sim/tables.py": (
+        ("tests/sim/test_runner.py", "tests/test_cli_simulate.py"),
+        "the simulator's Markdown tables and run_cli's outputs, checked through the runner and the CLI",
+    ),
     "xrpo/sim/model.py": (
         ("tests/algo/test_simulate.py", "tests/rollout/test_planner.py"),
         "the simulator's core, tested where it was written (before it moved out of xrpo.algo.simulate) and against "

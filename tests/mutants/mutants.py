@@ -481,9 +481,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "history-counts-icl-seeded-rollouts",
-        "xrpo/rollout/sources.py",
-        "h.observe(idx, solved, plan.group_ids, mask=plain)",
-        "h.observe(idx, solved, plan.group_ids)",
+        "xrpo/rollout/cures.py",
+        "state.observe(idx, solved, plan.group_ids, mask=plain)",
+        "state.observe(idx, solved, plan.group_ids)",
         ("tests/trainer/test_allocation_history.py::test_xrpo_plus_history_leaves_icl_seeded_rollouts_out",),
         "a problem's last visit counts the rollouts drawn from its ICL prompt",
     ),

@@ -36,6 +36,7 @@ def test_every_mutant_still_applies_to_the_code_and_compiles():
                 "xrpo/rollout/planner.py",
                 "xrpo/rollout/step.py",
                 "xrpo/rollout/sources.py",
+                "xrpo/rollout/cures.py",
                 "xrpo/rollout/advantages.py",
                 "xrpo/rollout/corpus.py",
                 "xrpo/trainer/",
