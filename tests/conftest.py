@@ -24,6 +24,13 @@ def tiny_training_texts() -> list[str]:
     return texts
 
 
+def pytest_collection_modifyitems(config, items):
+    """The slow end-to-end tests first (a stable sort: the others keep their order). Under pytest-xdist (the README's
+    `-n 2`) a test starts when a worker reaches it, so the longest ones (verl's end-to-end run: minutes) start at
+    once beside the rest instead of leaving one worker running them alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     from xrpo.models.tiny import build_tiny_tokenizer
@@ -113,12 +120,22 @@ def assert_nothing_left_running(grace: float = 5.0) -> None:
     assert sandbox_processes() == []
 
 
+def open_to_others(directory: Path) -> None:
+    """Let any user reach `directory`: o+rx on it and on the folders above it up to pytest's per-user temporary root
+    (``pytest-of-USER``, which pytest makes 0o700). How deep a test's tmp_path lies depends on how pytest runs: one
+    level more under pytest-xdist (``pytest-of-root/pytest-N/popen-gw0/test_x0``). Outside such a root (pytest
+    --basetemp) the directory and the two above it."""
+    chain = [directory, *directory.parents]
+    top = next((i for i, d in enumerate(chain) if d.name.startswith("pytest-of-")), 2)
+    for d in chain[: top + 1]:
+        os.chmod(d, os.stat(d).st_mode | 0o005)
+
+
 def world_readable_file(path: Path, text: str) -> Path:
-    """`path` holding `text`, readable by any user: the file and the directories above it (up to three levels)."""
+    """`path` holding `text`, readable by any user: the file and the directories above it (`open_to_others`)."""
     path.write_text(text)
     path.chmod(0o644)
-    for d in (path.parent, path.parent.parent, path.parent.parent.parent):
-        os.chmod(d, os.stat(d).st_mode | 0o055)
+    open_to_others(path.parent)
     return path
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MARK, assert_nothing_left_running, world_readable_file
+from tests.conftest import MARK, assert_nothing_left_running, open_to_others, world_readable_file
 from xrpo.sandbox import Limits, probe, programs, run_program
 
 # Tight limits: fork bombs and memory bombs run on a 2-core machine shared with other work.
@@ -658,9 +658,7 @@ def test_unprivileged_caller(tmp_path):
     )
     secret.write_text("TOPSECRET")
     secret.chmod(0o644)  # readable by the unprivileged caller itself: only the program's root keeps it out
-    os.chmod(tmp_path, 0o755)
-    for p in (tmp_path.parent, tmp_path.parent.parent):
-        os.chmod(p, os.stat(p).st_mode | 0o005)
+    open_to_others(tmp_path)
     script.chmod(0o644)
     # os.access answers for root here, not for user 65534: look at the permission bits on the way to the checkout
     closed = [str(p) for p in (Path(repo), *Path(repo).parents) if not os.stat(p).st_mode & 0o001]

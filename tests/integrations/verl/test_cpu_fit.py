@@ -46,11 +46,6 @@ ROLLOUTS_PER_STEP = 4 * 8  # data.train_batch_size x actor_rollout_ref.rollout.n
 
 
 @pytest.mark.slow  # two verl launches on CPU: minutes (docs/benchmarks.md, "verl on CPU")
-@pytest.mark.skipif(
-    os.environ.get("XRPO_VERL_CPU_FIT") != "1",
-    reason="the verl end-to-end run (two launches, ~520 CPU-seconds, 7 GiB) runs by hand: XRPO_VERL_CPU_FIT=1 "
-    "python -m pytest tests/integrations/verl/test_cpu_fit.py; CI (~22 min) has no room for it yet (docs/verl.md)",
-)
 def test_fit_on_cpu_trains_checkpoints_and_resumes(tmp_path):
     out = tmp_path / "dry_run"
     # the built-in model comes from this session's model cache, named explicitly: the script's subprocesses then
