@@ -20,7 +20,8 @@ def test_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert len(setup) == 2, setup
     run_cmd, test_cmd = setup
     assert run_cmd.endswith("&& xrpo train")
-    assert test_cmd.endswith("&& python -m pytest")
+    # the whole suite on two processes (pytest-xdist, from the test extra), no test left out by a -m / -k / path
+    assert test_cmd.endswith("&& python -m pytest -n 2")
     for cmd in setup:
         # keeps pip on the CPU build that lies on this machine's disk (see DEVELOPERS.md)
         assert "pip install torch==2.13.0 " in cmd
