@@ -31,6 +31,12 @@ def test_strict_refuses_a_bad_line_inside_the_file_naming_it(tmp_path):
     # the last line cut short by a kill is counted, also when strict
     p.write_text('{"step": 1}\n{"step": 2, "a\n')
     assert read_jsonl(p, strict=True) == ([{"step": 1}], 1)
+    # ... also when blank lines follow it (they are no rows); a bad line before the last row is still refused
+    p.write_text('{"step": 1}\n{"step": 2, "a\n\n  \n')
+    assert read_jsonl(p, strict=True) == ([{"step": 1}], 1)
+    p.write_text('{"step": 1}\n{"step": 2, "a\n\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"rounds\.jsonl line 2: not valid JSON"):
+        read_lines(p, strict=True)
     # byte for byte (the resume's rewind): no row recovered from a glued line; the unreadable one kept as text
     p.write_text('{"step": 1, "a{"step": 1}\n{"st')
     lines, bad = read_lines(p, glued=False, keep_unreadable=True)

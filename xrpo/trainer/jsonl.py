@@ -32,9 +32,9 @@ def read_lines(
     """The lines of a JSONL file and the number that could not be read as they stand (``([], 0)`` for a missing
     file; blank lines are skipped and not counted).
 
-    strict: an unreadable line other than the file's last raises ValueError ``"<path> line <n>: not valid JSON
-        (<why json failed>)<why>"``; the last one (cut short by a kill) is counted. Not strict: every unreadable line
-        is counted and skipped.
+    strict: an unreadable line other than the file's last non-blank one raises ValueError ``"<path> line <n>: not
+        valid JSON (<why json failed>)<why>"``; the last one (cut short by a kill) is counted. Not strict: every
+        unreadable line is counted and skipped.
     glued: recover the row glued to an unreadable line's fragment (counted as unreadable too); False for a caller
         that rewrites lines byte for byte.
     keep_unreadable: return an unreadable line too, as ``Line(n, text, None)``.
@@ -43,6 +43,8 @@ def read_lines(
     if not path.exists():
         return [], 0
     lines = path.read_text(encoding="utf-8").splitlines()
+    # the line a kill can have cut short: the last one with text (blank lines may follow it)
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
     out: list[Line] = []
     bad = 0
     for i, line in enumerate(lines, 1):
@@ -61,7 +63,7 @@ def read_lines(
                 continue
             except json.JSONDecodeError:
                 pass
-        if strict and i != len(lines):
+        if strict and i != last:
             raise ValueError(f"{path} line {i}: not valid JSON ({error}){why}")
         if keep_unreadable:
             out.append(Line(i, line, None))
