@@ -6,7 +6,7 @@
                                chunk; a resumed run checks each record's reference answer and prompt hash and samples
                                only the problems not there yet
 
-Files other than the per-problem ones are written atomically (`write_atomic`).
+Files other than the per-problem ones are written atomically (the trainer's `write_atomic`: fsynced, then renamed).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from xrpo.data import DataError, Problem
 from xrpo.eval.config import default_chunk_size
 from xrpo.eval.spec import slug
+from xrpo.trainer.checkpoint import write_atomic
 
 __all__ = [
     "SAMPLE_SETTINGS",
@@ -30,7 +31,6 @@ __all__ = [
     "read_records",
     "save_settings",
     "saved_records",
-    "write_atomic",
 ]
 
 SETTINGS_VERSION = 2
@@ -216,9 +216,3 @@ class Appender:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
