@@ -52,7 +52,7 @@ def _verl(args) -> int:
         os.environ.update(cpu_environment())
     # verl is an optional extra: imported only by this subcommand
     try:
-        from xrpo.integrations.verl.main import check_config, load_config, run
+        from xrpo.integrations.verl.main import check_config, config_error, load_config, run
     except ImportError as e:
         raise SystemExit(f"xrpo verl: needs the verl extra (pip install 'xrpo[verl]'): {e}") from None
     from hydra.errors import HydraException
@@ -63,14 +63,14 @@ def _verl(args) -> int:
         from xrpo.integrations.verl.cpu import CPU_OVERRIDES
 
         overrides = [*CPU_OVERRIDES, *overrides]
-    try:
+    try:  # a bad override, config file or setting: one clear line (verl's own checks assert)
         config = load_config(args.config, overrides)
-    except (HydraException, OmegaConfBaseException) as e:  # a bad override or config file: one clear line
-        raise ValueError(str(e).splitlines()[0]) from None
+        check_config(config)
+    except (HydraException, OmegaConfBaseException, AssertionError) as e:
+        raise ValueError(config_error(e)) from None
     if args.check:
         from omegaconf import OmegaConf
 
-        check_config(config)
         print(OmegaConf.to_yaml({"algorithm": config.algorithm}), end="")
         print("xrpo verl: config OK")
         return 0

@@ -48,6 +48,18 @@ def load_config(config_file: str | os.PathLike | None = None, overrides: Sequenc
         return compose(config_name=path.stem, overrides=overrides)
 
 
+def config_error(e: BaseException) -> str:
+    """One line for an error composing or checking a config (hydra, OmegaConf, or verl's own checks, which assert, or
+    raise inside hydra's instantiation of verl's config dataclasses): its first line; for an instantiation, the key
+    and the error that hydra wraps."""
+    lines = str(e).strip().splitlines() or [f"{type(e).__name__} in verl's config check"]
+    if lines[0].startswith("Error in call to target") and e.__cause__ is not None:  # hydra's instantiate wrapper
+        key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), "")
+        what = (str(e.__cause__).strip().splitlines() or [type(e.__cause__).__name__])[0]
+        return f"{key}: {what}" if key else what
+    return lines[0]
+
+
 def check_config(config: DictConfig):
     """verl's checks, then XRPO's (`validate_xrpo_config`); returns the `XRPOConfig`. Needs no GPU."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
