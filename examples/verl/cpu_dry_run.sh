@@ -4,9 +4,12 @@
 # with verl's reference worker; steps 1-2 with a checkpoint at step 2, then a second launch resumed by verl from it for
 # step 3. Offline. Sized for 2 cores and 16 GB (docs/benchmarks.md, "verl on CPU"). The last line printed is the
 # summary from the run's logged metrics: verl-cpu: steps=3 resumed_at=2 grad_norm_max=... icl_rows=... corpus=... kl_last=...
-#   bash examples/verl/cpu_dry_run.sh OUT_DIR
+#   bash examples/verl/cpu_dry_run.sh OUT_DIR [key=value ...]
+# Hydra overrides after OUT_DIR go to both launches, after the script's own (the last value of a key wins), e.g.
+# algorithm.xrpo.allocation=xrpo-plus.
 set -euo pipefail
-OUT=$(realpath -m "${1:?usage: cpu_dry_run.sh OUT_DIR}")
+OUT=$(realpath -m "${1:?usage: cpu_dry_run.sh OUT_DIR [key=value ...]}")
+shift
 cd "$(dirname "$0")/../.."
 # Ray's workers inherit this environment: they import this checkout's xrpo
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -42,8 +45,8 @@ ARGS=(
   trainer.default_local_dir="$OUT/run" trainer.rollout_data_dir="$OUT/rollouts"
   trainer.project_name=xrpo_cpu trainer.experiment_name=dry_run
 )
-$PY -m xrpo.cli verl --cpu "${ARGS[@]}" trainer.total_training_steps=2 > "$OUT/launch-1.log" 2>&1 \
+$PY -m xrpo.cli verl --cpu "${ARGS[@]}" trainer.total_training_steps=2 "$@" > "$OUT/launch-1.log" 2>&1 \
   || { tail -40 "$OUT/launch-1.log"; exit 1; }
-$PY -m xrpo.cli verl --cpu "${ARGS[@]}" trainer.total_training_steps=3 trainer.resume_mode=auto \
+$PY -m xrpo.cli verl --cpu "${ARGS[@]}" trainer.total_training_steps=3 trainer.resume_mode=auto "$@" \
   > "$OUT/launch-2.log" 2>&1 || { tail -40 "$OUT/launch-2.log"; exit 1; }
 grep '^verl-cpu: ' "$OUT/launch-2.log" | tail -1
