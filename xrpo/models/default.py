@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from xrpo.models.cache import build_once, is_complete
 
 CACHE_VERSION = "tiny-qwen2-v1"
 WARMUP_SEED = 1234
@@ -65,34 +65,32 @@ class WarmupTask:
 
 
 def ensure_default_model(root: Path, *, warmup_steps: int = 300, log=print) -> Path:
-    """Return the cached default model directory, building it first if needed (atomically: tmp dir + rename)."""
+    """Return the cached default model directory, building it first if needed (once, however many processes ask at
+    the same time: `xrpo.models.cache.build_once`)."""
     final = default_model_dir(root) / f"warmup-{warmup_steps}"
-    if (final / "COMPLETE").exists():
+    if is_complete(final):
         return final
-    log(f"building the default model (once; cached in {final}) ...")
-    return build_model_dir(final, warmup_steps=warmup_steps, log=log)
+    return build_model_dir(final, warmup_steps=warmup_steps, log=log, rebuild=False)
 
 
-def build_model_dir(final: Path, *, warmup_steps: int, task: WarmupTask | None = None, log=print) -> Path:
+def build_model_dir(
+    final: Path, *, warmup_steps: int, task: WarmupTask | None = None, log=print, rebuild: bool = True
+) -> Path:
     """Build the tiny model warm-started on ``task`` into the directory ``final`` (a temporary directory renamed
-    into place, so a killed build leaves no half-written model); a model directory any `model.path` can name."""
-    final = Path(final)
-    t0 = time.perf_counter()
-    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model, tokenizer, stats = build_default_model(warmup_steps=warmup_steps, task=task, log=log)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    stats["build_seconds"] = time.perf_counter() - t0
-    (tmp / "warmup.json").write_text(json.dumps(stats, indent=1))
-    (tmp / "COMPLETE").write_text("ok\n")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    log(f"model ready in {stats['build_seconds']:.0f}s (warm-start loss {stats['final_loss']:.3f})")
-    return final
+    into place, so a killed build leaves no half-written model); a model directory any `model.path` can name.
+    ``rebuild=False``: keep ``final`` if it is complete when this process's turn to build comes."""
+
+    def build(tmp: Path) -> None:
+        log(f"building the default model (once; cached in {final}) ...")
+        t0 = time.perf_counter()
+        model, tokenizer, stats = build_default_model(warmup_steps=warmup_steps, task=task, log=log)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        stats["build_seconds"] = time.perf_counter() - t0
+        (tmp / "warmup.json").write_text(json.dumps(stats, indent=1))
+        log(f"model ready in {stats['build_seconds']:.0f}s (warm-start loss {stats['final_loss']:.3f})")
+
+    return build_once(Path(final), build, rebuild=rebuild)
 
 
 def _warmup_examples(task: WarmupTask) -> list[list[tuple[str, str]]]:

@@ -154,20 +154,15 @@ def gguf_to_dir(src: str, gguf_file: str, *, cache_dir: str | None = None, log=p
 
 
 def _save_cached(model, tokenizer, final: Path, source: str) -> Path:
-    """Save model + tokenizer as the cache directory ``final``: into a temporary directory, marked COMPLETE, then
-    renamed, so that an interrupted write is never taken for a finished one."""
-    import shutil
+    """Save model + tokenizer as the cache directory ``final`` (`xrpo.models.cache.build_once`: a temporary directory
+    marked complete, then renamed; one builder at a time), its marker naming ``source``."""
+    from xrpo.models.cache import build_once
 
-    tmp = final.with_name(final.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "COMPLETE").write_text(f"{source}\n")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+
+    return build_once(final, save, marker=f"{source}\n")
 
 
 def lora_to_dir(src: str, *, cache_dir: str | None = None, log=print) -> Path:
