@@ -38,7 +38,8 @@ from xrpo.integrations.verl.config import xrpo_config  # noqa: E402
 from xrpo.integrations.verl.cpu import read_metrics  # noqa: E402
 from xrpo.integrations.verl.main import load_config  # noqa: E402
 from xrpo.integrations.verl.trainer import CORPUS_DIR  # noqa: E402
-from xrpo.models.loading import cache_root  # noqa: E402
+from xrpo.models.loading import cache_root, resolve_model_dir  # noqa: E402
+from xrpo.trainer.config import ModelConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 STEPS = (1, 2, 3)
@@ -49,7 +50,10 @@ ROLLOUTS_PER_STEP = 4 * 8  # data.train_batch_size x actor_rollout_ref.rollout.n
 def test_fit_on_cpu_trains_checkpoints_and_resumes(tmp_path):
     out = tmp_path / "dry_run"
     # the built-in model comes from this session's model cache, named explicitly: the script's subprocesses then
-    # reuse the model the suite built (or build it there once, on a fresh machine) whatever HOME they inherit
+    # reuse the model the suite built whatever HOME they inherit. On a fresh machine it is built here, in this process
+    # (one torch thread, tests/conftest.py), not by the script's converter: with two OpenMP threads beside the other
+    # test worker the build took 461 s, 4-5x its time alone (a fresh-clone CI run with an empty cache)
+    resolve_model_dir("default", warmup_steps=ModelConfig().warmup_steps)
     env = {**os.environ, "PYTHON": sys.executable, "XRPO_CACHE": str(cache_root())}
     proc = subprocess.run(
         ["bash", str(REPO / "examples/verl/cpu_dry_run.sh"), str(out)],
