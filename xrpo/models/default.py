@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from xrpo.models.cache import build_once, is_complete
+from xrpo.models.cache import build_once
 
 CACHE_VERSION = "tiny-qwen2-v1"
 WARMUP_SEED = 1234
@@ -68,8 +68,6 @@ def ensure_default_model(root: Path, *, warmup_steps: int = 300, log=print) -> P
     """Return the cached default model directory, building it first if needed (once, however many processes ask at
     the same time: `xrpo.models.cache.build_once`)."""
     final = default_model_dir(root) / f"warmup-{warmup_steps}"
-    if is_complete(final):
-        return final
     return build_model_dir(final, warmup_steps=warmup_steps, log=log, rebuild=False)
 
 
