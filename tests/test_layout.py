@@ -57,7 +57,8 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "xrpo/sim/methods.py": (
         ("tests/sim/test_runner.py", "tests/sim/test_alloc_sim.py"),
-        "the registry of simulated methods, each a call of the library's rule: run by the runner's tests",
+        "the registry of simulated methods, each a call of the library's rule: run by the runner's tests and, for the "
+        "methods beyond the paper, test_alloc_sim",
     ),
     "xrpo/sim/tables.py": (
         ("tests/sim/test_runner.py", "tests/test_cli_simulate.py"),

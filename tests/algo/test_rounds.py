@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xrpo.algo.allocation import allocate_round, split_budget
+from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
 from xrpo.algo.config import AllocationConfig, CuresConfig, check_knobs
 from xrpo.algo.cures import beta_posterior, gradient_std, posterior_mean, rollout_counts
 from xrpo.algo.knapsack import knapsack_allocation
@@ -16,6 +16,7 @@ from xrpo.algo.rounds import (
     PromptHistory,
     allocator_names,
     batch_counts,
+    cap_error,
     cures_select,
     get_allocator,
     is_nonuniform,
@@ -195,3 +196,31 @@ def test_xrpo_plus_uses_the_history_and_seeds_unsolved_prompts():
     assert plan.alloc.tolist() == [4, 0] and plan.seed.tolist() == [True, False]
     swapped = plan_round(rewards, 4, knobs, icl=True, full_reward=1.0, history=PromptHistory(hist[0][::-1], hist[1]))
     assert swapped.alloc.tolist() == [0, 4]
+
+
+@pytest.mark.parametrize("allocation", ["hrp", "uniform", "knapsack", "xrpo-plus"])
+@pytest.mark.parametrize("icl", [False, True])
+def test_cap_error_is_exactly_when_a_step_would_fail(allocation, icl):
+    # cap_error is the config-time form of split_budget's / the allocators' refusal: over budgets, caps and
+    # outcomes, it says "no" exactly when planning the step (as the trainer does: batch_counts, or plan_phases then
+    # plan_round per round) raises for a too-small cap, and "yes" when it runs
+    rng = np.random.default_rng(0)
+    for P, budget, rounds in ((4, 32, 2), (6, 30, 3), (5, 22, 1)):
+        for cap in (None, 0, 1, 2, 3, 4, 5, 6, 8):
+            knobs = AllocationConfig(allocation=allocation, n_base=2, plan_rounds=rounds, max_extra_per_prompt=cap)
+            err = cap_error(knobs, P, budget, icl=icl)
+            hist = PromptHistory(rng.integers(0, 5, P), np.full(P, 4))
+            try:
+                if plans_rounds(allocation, icl):
+                    rewards = [rng.integers(0, 2, 2).astype(float) for _ in range(P)]
+                    for b in plan_phases(P, budget, 2, rounds).round_budgets:
+                        x = plan_round(rewards, b, knobs, icl=icl, full_reward=1.0, history=hist).alloc
+                        rewards = [np.concatenate([r, rng.integers(0, 2, n).astype(float)]) for r, n in zip(rewards, x)]
+                else:
+                    batch_counts(knobs, P, budget, hist)
+                ran = True
+            except ValueError:
+                ran = False
+            assert ran == (err is None), (P, budget, rounds, cap, err)
+            if err is not None:
+                assert f"at {cap} rollouts each" in err and f"allocation={allocation}" in err

@@ -1,6 +1,7 @@
-"""Tests of xrpo.sim.alloc_sim, the simulator steps of the methods beyond the paper (issue #33), and of their
-registration in xrpo.sim.methods (knapsack, xrpo-plus and its ablations): budgets, phases, ICL seeding, the same
-draws as the library's functions, and xrpo-plus's gain on the study's measured rates."""
+"""Tests of the simulator's methods beyond the paper (issue #33): knapsack, xrpo-plus and its ablations, registered in
+xrpo.sim.methods as calls of the library's allocators ("knapsack" through `batch_counts`, "xrpo-plus" through
+`phased_step` and `plan_round`): budgets, phases, ICL seeding, the same draws as the library's functions by hand,
+and xrpo-plus's gain on the study's measured rates."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from xrpo.algo.knapsack import knapsack_allocation
-from xrpo.algo.posterior_alloc import posterior_allocation
-from xrpo.sim.alloc_sim import knapsack_step, last_visit_draw, posterior_step
+from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
+from xrpo.sim.methods import StepContext
+from xrpo.sim.model import last_visit_draw, neighbor_rates
 from xrpo.sim.runner import SIM_METHODS, SimConfig, simulate
 
 NEW = [
@@ -34,46 +36,71 @@ def test_every_method_spends_the_budget_exactly():
         assert res["methods"][m]["prompts"]["mean"] == 16.0
 
 
-def test_knapsack_step_is_knapsack_allocation_on_the_last_visit():
+def _step(name, p, rng, **cfg):
+    """One step of the registered method ``name`` on the rates ``p``."""
+    c = SimConfig(prompts=len(p), methods=[name], **cfg)
+    return SIM_METHODS[name](StepContext(c, None), np.asarray(p, dtype=np.float64), rng)
+
+
+@pytest.mark.parametrize("fallback", ["leftover", "jeffreys"])
+def test_knapsack_is_knapsack_allocation_on_the_last_visit(fallback):
     p = np.array([0.0, 0.2, 0.5, 0.9, 1.0, 0.35])
-    out = knapsack_step(p, 36, np.random.default_rng(5), last_visit=8)
+    name = "knapsack" if fallback == "leftover" else "knapsack-jeffreys"
+    out = _step(name, p, np.random.default_rng(5), rollouts=36, n_base=2, last_visit=8)
     rng = np.random.default_rng(5)
     hk, hn = last_visit_draw(p, 8, rng)
-    counts = knapsack_allocation(hk, hn, 36)
+    counts = knapsack_allocation(hk, hn, 36, fallback=fallback)
     assert_array_equal(out.counts, counts)
     assert_array_equal(out.successes, rng.binomial(counts, p))  # then the batch's rewards, from the same stream
     # never seen: every prompt at the prior 1/2, equal values, the budget split evenly
-    out = knapsack_step(p, 36, np.random.default_rng(0), last_visit=0)
+    out = _step(name, p, np.random.default_rng(0), rollouts=36, n_base=2, last_visit=0)
+    assert_array_equal(out.counts, np.full(6, 6))
+    # the trainer's cap (max_extra_per_prompt caps knapsack's whole count): at 6 x 6 = 36 the even split is forced
+    out = _step(name, p, np.random.default_rng(5), rollouts=36, n_base=2, last_visit=8, max_extra=6)
     assert_array_equal(out.counts, np.full(6, 6))
 
 
-def test_posterior_step_runs_algorithm_1s_phases():
-    p = np.array([0.0, 0.3, 0.5, 1.0])
-    rng = np.random.default_rng(1)
-    out = posterior_step(p, 32, rng, n_base=4, rounds=2, last_visit=8)
-    assert out.counts.sum() == 32 and np.all(out.counts >= 4) and len(out.nonuniform) == 2
-    # the same draws by hand: last visit, base round, then each round of 8 from posterior_allocation
+@pytest.mark.parametrize(
+    "name, prior, neighbors",
+    [
+        ("xrpo-plus", "flat", False),
+        ("xrpo-plus-batch-prior", "batch", False),
+        ("xrpo-plus-variance-prior", "batch-variance", False),
+        ("xrpo-plus-neighbors", "flat", True),
+    ],
+)
+def test_xrpo_plus_runs_algorithm_1s_phases(name, prior, neighbors):
+    p = np.array([0.0, 0.1, 0.3, 0.5, 0.6, 0.8, 0.95, 1.0])
+    out = _step(name, p, np.random.default_rng(1), rollouts=80, n_base=4, rounds=3, last_visit=8)
+    assert out.counts.sum() == 80 and np.all(out.counts >= 4) and len(out.nonuniform) == 3
+    # the same draws by hand: last visit, (neighbours,) base round, the prior fitted to the base round and the last
+    # visit, then each round of 16 from posterior_allocation
     rng = np.random.default_rng(1)
     hk, hn = last_visit_draw(p, 8, rng)
-    m = np.full(4, 4)
+    mean = neighbor_rates(p, rng) if neighbors else None
+    m = np.full(8, 4)
     k = rng.binomial(m, p)
-    for b in (8, 8):
-        x = posterior_allocation(k, m, b, history_successes=hk, history_trials=hn)
+    pr = prior
+    if prior != "flat":
+        pr = fit_beta_prior(k + hk, m + hn, moment="variance" if prior == "batch-variance" else "flat")
+    for b in (16, 16, 16):
+        x = posterior_allocation(k, m, b, history_successes=hk, history_trials=hn, prior=pr, prior_mean=mean)
         k, m = k + rng.binomial(x, p), m + x
     assert_array_equal(out.counts, m)
     assert_array_equal(out.successes, k)
 
 
-def test_posterior_step_seeds_unsolved_prompts():
-    # every prompt at p = 0 and an ICL prompt that always succeeds: the first round's rollouts are all seeded and
-    # all flip; nothing is seeded in the second round (every prompt that got rollouts is solved by then)
+def test_xrpo_plus_seeds_unsolved_prompts():
+    # every prompt at p = 0 and an ICL prompt that always succeeds (p_icl = clip(0 p + 1, 0, 1)): the first round's
+    # rollouts are all seeded and all flip; nothing is seeded in the second round (every prompt that got rollouts is
+    # solved by then)
     p = np.zeros(4)
-    out = posterior_step(p, 32, np.random.default_rng(0), icl=True, p_icl=np.ones(4))
+    out = _step("xrpo-plus", p, np.random.default_rng(0), rollouts=32, icl=True, icl_mult=0.0, icl_add=1.0)
     assert out.seeded.sum() >= 1
     assert_array_equal(out.flips, out.seeded)
     assert np.all(out.successes[out.seeded > 0] > 0)
     # without ICL nothing is seeded and nothing is solved
-    out = posterior_step(p, 32, np.random.default_rng(0))
+    out = _step("xrpo-plus", p, np.random.default_rng(0), rollouts=32)
     assert out.seeded.sum() == 0 and out.successes.sum() == 0
 
 

@@ -297,3 +297,14 @@ def test_sweep_and_plots(tmp_path):
         plot_sweep(sw, tmp_path / "s.png"),
     ):
         assert path.read_bytes()[:8] == PNG
+
+
+def test_a_cap_too_small_for_the_step_is_refused_by_name():
+    # the trainer's rule (xrpo.algo.rounds.cap_error): 16 prompts x 1 < 32, the planning rounds' budget; knapsack
+    # places the whole step (128) in one batch, so it needs a cap of 8
+    with pytest.raises(ValueError, match=r"max_extra caps 16 prompts at 1 rollouts each .* give at least 2 or null"):
+        SimConfig(max_extra=1)
+    SimConfig(max_extra=2)
+    with pytest.raises(ValueError, match=r"max_extra caps 16 prompts at 7 .* fewer than 128, .*allocation=knapsack"):
+        SimConfig(max_extra=7, methods=["uniform", "knapsack"])
+    SimConfig(max_extra=8, methods=["uniform", "knapsack"])

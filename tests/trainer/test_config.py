@@ -264,3 +264,19 @@ def test_icl_fewshot_position_reaches_the_trainers_renderer():
     assert near.render_icl(p, ex).text == "Q: 1+1\nA: 2\n\nQ: 3+3\nA: 6\n\nQ: 5+5\nA:"
     start = make_renderer(build_config(None, over), Tok())
     assert start.render_icl(p, ex).text == "Q: 3+3\nA: 6\n\nQ: 1+1\nA: 2\n\nQ: 5+5\nA:"
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["method.max_extra_per_prompt=1"], "caps 16 prompts at 1 rollouts each (16 in all), fewer than 32"),
+        (["method.name=knapsack", "method.max_extra_per_prompt=7"], "fewer than 128, the step's budget"),
+    ],
+)
+def test_a_cap_the_step_cannot_hold_is_refused_before_training(overrides, words):
+    # without the check the first step failed inside split_budget / knapsack_allocation; the rule is
+    # xrpo.algo.rounds.cap_error (tests/algo/test_rounds.py: exactly when planning the step would fail)
+    with pytest.raises(ValueError, match="config field method.max_extra_per_prompt") as e:
+        build_config(None, overrides)
+    assert words in str(e.value)
+    build_config(None, [*overrides[:-1], "method.max_extra_per_prompt=8"])

@@ -113,7 +113,8 @@ class AllocationConfig:
     alloc_mode: str = "proportional"
     """proportional (the paper) or greedy (one rollout at a time to the argmax of Pi_q) allocation within a round."""
     max_extra_per_prompt: int | None = None
-    """Cap on the extra rollouts one prompt may get in one planning round (None: no cap)."""
+    """Cap on the extra rollouts one prompt may get in one planning round (knapsack: in its one batch); None: no cap.
+    Times the prompts it must cover the largest round (checked with the config)."""
 
 
 @dataclass

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from xrpo.algo.allocation import allocate_round, split_budget
+from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
 from xrpo.algo.cures import (
     beta_posterior,
     gradient_std,
@@ -69,6 +69,7 @@ __all__ = [
     "RoundPlan",
     "allocator_names",
     "batch_counts",
+    "cap_error",
     "cures_select",
     "get_allocator",
     "is_nonuniform",
@@ -180,11 +181,18 @@ def _successes(rewards: Sequence[np.ndarray], knobs: Any) -> tuple[np.ndarray, n
 def knapsack_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, history=None) -> np.ndarray:
     """Knapsack RL's counts from each prompt's last visit (``history``; None: no prompt seen, an even split):
     ``knapsack_allocation`` with n_min = 2 (at most the budget's even share), n_max = the knobs'
-    ``max_extra_per_prompt`` (None: the budget), the "leftover" fallback. It reads no rewards of the step: the
-    planner calls it once, with the step's whole budget (`batch_counts`)."""
+    ``max_extra_per_prompt`` (None: the budget), the knobs' ``knapsack_fallback`` ("leftover" without it). It reads
+    no rewards of the step: the planner calls it once, with the step's whole budget (`batch_counts`)."""
     P = len(rewards)
     hk, hn = (history.successes, history.trials) if history is not None else (np.zeros(P), np.zeros(P))
-    return knapsack_allocation(hk, hn, budget, n_min=min(2, budget // max(P, 1)), n_max=knobs.max_extra_per_prompt)
+    return knapsack_allocation(
+        hk,
+        hn,
+        budget,
+        n_min=min(2, budget // max(P, 1)),
+        n_max=knobs.max_extra_per_prompt,
+        fallback=getattr(knobs, "knapsack_fallback", "leftover"),
+    )
 
 
 @register_allocator("xrpo-plus", uses_history=True)
@@ -222,6 +230,32 @@ def batch_counts(knobs: Any, num_prompts: int, budget: int, history: PromptHisto
     return one_batch_counts(num_prompts, budget)
 
 
+def cap_error(knobs: Any, num_prompts: int, budget: int, *, icl: bool) -> str | None:
+    """Why the knobs' ``max_extra_per_prompt`` cannot hold a step of ``budget`` rollouts over ``num_prompts`` prompts,
+    or None: a capped allocation call of B rollouts needs cap x prompts >= B (`split_budget` refuses less), and the
+    largest call is the largest planning round's when the step plans rounds (`plans_rounds`, `plan_phases`;
+    streaming's waves are parts of them), else the step's whole budget for an allocator that places it in one batch
+    from history (Knapsack RL, `batch_counts`). GRPO's even split and CurES's counts take no cap. For a config
+    check, before a step fails inside."""
+    cap = knobs.max_extra_per_prompt
+    a = get_allocator(knobs.allocation)
+    if cap is None or a.selects_prompts:
+        return None
+    if plans_rounds(knobs.allocation, icl):
+        rb = plan_phases(num_prompts, budget, knobs.n_base, knobs.plan_rounds).round_budgets or (0,)
+        need, what = max(rb), f"the largest planning round's budget (rounds {', '.join(map(str, rb))})"
+    elif a.uses_history:
+        need, what = budget, "the step's budget, placed in one batch"
+    else:
+        return None
+    if cap * num_prompts >= need:
+        return None
+    return (
+        f"caps {num_prompts} prompts at {cap} rollouts each ({cap * num_prompts} in all), fewer than {need}, {what} "
+        f"with allocation={knobs.allocation}: give at least {-(-need // num_prompts)} or null"
+    )
+
+
 def is_nonuniform(alloc, budget: int) -> bool:
     """Whether a round's allocation differs from an even split of ``budget`` over its prompts
     (``alloc/nonuniform_rounds``)."""
@@ -256,11 +290,14 @@ def plan_round(
     icl: bool,
     full_reward: float,
     history: PromptHistory | None = None,
+    allocator: AllocatorFn | None = None,
 ) -> RoundPlan:
     """Algorithm 1 lines 7-10 for one round over the prompts whose rewards so far are ``rewards``: the registered
-    allocator ``knobs.allocation`` splits ``budget``; with ``icl`` (ICL seeding on and examples to draw from) the
-    prompts given rollouts with no reward >= ``full_reward`` so far are marked for seeding."""
-    alloc = np.asarray(get_allocator(knobs.allocation).fn(rewards, budget, knobs, history), dtype=np.int64)
+    allocator ``knobs.allocation`` (or ``allocator``, an unregistered variant of it, such as the simulator's
+    ablations) splits ``budget``; with ``icl`` (ICL seeding on and examples to draw from) the prompts given rollouts
+    with no reward >= ``full_reward`` so far are marked for seeding."""
+    fn = allocator if allocator is not None else get_allocator(knobs.allocation).fn
+    alloc = np.asarray(fn(rewards, budget, knobs, history), dtype=np.int64)
     if icl:
         solved = np.array([bool(np.any(np.asarray(r) >= full_reward)) for r in rewards], dtype=bool)
         seed = seed_candidates(alloc, solved)

@@ -1,25 +1,28 @@
 """The methods `xrpo simulate` compares: a registry of name -> ``fn(context, p, rng) -> StepOutcome``, each a thin
 call of the library's rule (the round planner `xrpo.algo.rounds` stepped by `xrpo.sim.model.phased_step`, CurES's
 `cures_select`, DAPO's refill in `xrpo.sim.model.dapo_step`, the oracles of `xrpo.algo.signal`, and beyond the paper
-`xrpo.sim.alloc_sim`'s knapsack and posterior steps) on one step's prompts."""
+the allocators "knapsack" (`batch_counts`) and "xrpo-plus" (its rounds by `phased_step`)) on one step's prompts."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from xrpo.algo.rounds import cures_select, one_batch_counts
+from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
+from xrpo.algo.rounds import AllocatorFn, batch_counts, cures_select, one_batch_counts
 from xrpo.algo.signal import oracle_allocation
-from xrpo.sim.alloc_sim import knapsack_step, posterior_step
 from xrpo.sim.model import (
     StepOutcome,
     bernoulli_draw,
     dapo_step,
     fixed_outcome,
     icl_success_prob,
+    last_visit_draw,
+    neighbor_rates,
     outcome_from_phased,
     phased_step,
 )
@@ -55,13 +58,13 @@ def _uniform(ctx: StepContext, p: np.ndarray, rng: np.random.Generator) -> StepO
     return fixed_outcome(p, one_batch_counts(ctx.cfg.prompts, ctx.cfg.rollouts), rng)
 
 
-def _phased(ctx: StepContext, p: np.ndarray, rng: np.random.Generator, allocation: str, mode: str) -> StepOutcome:
+def _phased(ctx: StepContext, p, rng, allocation: str, mode: str, binomial: bool = False, **kw) -> StepOutcome:
     c = ctx.cfg
     p_icl = icl_success_prob(p, c.icl_mult, c.icl_add) if c.icl else p
     res = phased_step(
         c.prompts,
         c.rollouts,
-        bernoulli_draw(p, p_icl, rng),
+        bernoulli_draw(p, p_icl, rng, binomial=binomial),
         n_base=c.n_base,
         rounds=c.rounds,
         allocation=allocation,
@@ -70,23 +73,17 @@ def _phased(ctx: StepContext, p: np.ndarray, rng: np.random.Generator, allocatio
         lam=c.lam,
         max_per_prompt=c.max_extra,
         icl=c.icl,
+        **kw,
     )
     return outcome_from_phased(p, res)
 
 
-@register_sim_method("hrp")
-def _hrp(ctx, p, rng):
-    return _phased(ctx, p, rng, "hrp", "proportional")
-
-
-@register_sim_method("hrp-greedy")
-def _hrp_greedy(ctx, p, rng):
-    return _phased(ctx, p, rng, "hrp", "greedy")
-
-
-@register_sim_method("no-hrp")
-def _no_hrp(ctx, p, rng):
-    return _phased(ctx, p, rng, "uniform", "proportional")
+for _name, _rule in {
+    "hrp": ("hrp", "proportional"),
+    "hrp-greedy": ("hrp", "greedy"),
+    "no-hrp": ("uniform", "proportional"),
+}.items():
+    register_sim_method(_name)(lambda ctx, p, rng, _rule=_rule: _phased(ctx, p, rng, *_rule))
 
 
 @register_sim_method("cures")
@@ -111,50 +108,59 @@ def _dapo(ctx, p, rng):
     return dapo_step(p, lambda k: ctx.source(rng, k), c.prompts, c.rollouts, c.max_gen_batches, rng)
 
 
-@register_sim_method("oracle")
-def _oracle(ctx, p, rng):
+def _oracle(ctx, p, rng, target: str):
     c = ctx.cfg
     n_min = c.n_base if c.oracle_min is None else c.oracle_min
-    return fixed_outcome(p, oracle_allocation(p, c.rollouts, n_min, "rollouts"), rng)
+    return fixed_outcome(p, oracle_allocation(p, c.rollouts, n_min, target), rng)
 
 
-@register_sim_method("oracle-groups")
-def _oracle_groups(ctx, p, rng):
+register_sim_method("oracle")(lambda ctx, p, rng: _oracle(ctx, p, rng, "rollouts"))
+register_sim_method("oracle-groups")(lambda ctx, p, rng: _oracle(ctx, p, rng, "groups"))
+
+
+# beyond the paper (issue #33, docs/methods.md): the registered allocators "knapsack" and "xrpo-plus", given each
+# prompt's last visit (`last_visit_draw`), and xrpo-plus's ablations as unregistered variants of its allocator
+
+
+def _knapsack(ctx, p, rng, fallback: str = "leftover"):
     c = ctx.cfg
-    n_min = c.n_base if c.oracle_min is None else c.oracle_min
-    return fixed_outcome(p, oracle_allocation(p, c.rollouts, n_min, "groups"), rng)
+    knobs = SimpleNamespace(allocation="knapsack", max_extra_per_prompt=c.max_extra, knapsack_fallback=fallback)
+    counts = batch_counts(knobs, c.prompts, c.rollouts, last_visit_draw(p, c.last_visit, rng))
+    return fixed_outcome(p, counts, rng)
 
 
-# beyond the paper (issue #33): thin wrappers over xrpo.sim.alloc_sim, which holds the steps
+def _posterior_variant(n_base: int, prior: str, prior_mean) -> AllocatorFn:
+    """xrpo-plus's allocator with another prior: "batch" / "batch-variance" (`fit_beta_prior` on each prompt's base
+    round, its first ``n_base`` rewards, + the last visit: equal groups, before any allocation chose what to sample)
+    and ``prior_mean`` (a neighbour's rate, `neighbor_rates`)."""
 
+    def fn(rewards, budget, knobs, history):
+        k = np.array([int(np.count_nonzero(r >= 1.0)) for r in rewards], dtype=np.int64)
+        m = np.array([r.shape[0] for r in rewards], dtype=np.int64)
+        hk, hn = history if history is not None else (np.zeros_like(k), np.zeros_like(m))
+        pr = prior
+        if prior.startswith("batch"):
+            kb = np.array([int(np.count_nonzero(r[:n_base] >= 1.0)) for r in rewards], dtype=np.int64)
+            pr = fit_beta_prior(kb + hk, n_base + hn, moment="variance" if prior == "batch-variance" else "flat")
+        hist = {} if history is None else {"history_successes": hk, "history_trials": hn}
+        return posterior_allocation(
+            k, m, budget, prior=pr, prior_mean=prior_mean, max_per_prompt=knobs.max_extra_per_prompt, **hist
+        )
 
-@register_sim_method("knapsack")
-def _knapsack(ctx, p, rng):
-    return knapsack_step(p, ctx.cfg.rollouts, rng, last_visit=ctx.cfg.last_visit)
-
-
-@register_sim_method("knapsack-jeffreys")
-def _knapsack_jeffreys(ctx, p, rng):
-    return knapsack_step(p, ctx.cfg.rollouts, rng, last_visit=ctx.cfg.last_visit, fallback="jeffreys")
+    return fn
 
 
 def _xrpo_plus(ctx, p, rng, history: bool = True, prior: str = "flat", neighbors: bool = False):
     c = ctx.cfg
-    return posterior_step(
-        p,
-        c.rollouts,
-        rng,
-        n_base=c.n_base,
-        rounds=c.rounds,
-        last_visit=c.last_visit if history else 0,
-        prior=prior,
-        neighbors=neighbors,
-        max_per_prompt=c.max_extra,
-        icl=c.icl,
-        p_icl=icl_success_prob(p, c.icl_mult, c.icl_add) if c.icl else None,
-    )
+    last = last_visit_draw(p, c.last_visit, rng) if history and c.last_visit else None
+    variant = None
+    if prior != "flat" or neighbors:
+        variant = _posterior_variant(c.n_base, prior, neighbor_rates(p, rng) if neighbors else None)
+    return _phased(ctx, p, rng, "xrpo-plus", "proportional", history=last, allocator=variant, binomial=True)
 
 
+register_sim_method("knapsack")(_knapsack)
+register_sim_method("knapsack-jeffreys")(lambda ctx, p, rng: _knapsack(ctx, p, rng, "jeffreys"))
 for _name, _kw in {
     "xrpo-plus": {},
     "xrpo-plus-no-history": {"history": False},

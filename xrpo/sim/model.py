@@ -28,7 +28,15 @@ import numpy as np
 
 from xrpo.algo.allocation import plan_phases
 from xrpo.algo.config import AllocationConfig
-from xrpo.algo.rounds import get_allocator, one_batch_counts, plan_round, refill_keep, refill_more
+from xrpo.algo.rounds import (
+    AllocatorFn,
+    PromptHistory,
+    get_allocator,
+    one_batch_counts,
+    plan_round,
+    refill_keep,
+    refill_more,
+)
 from xrpo.algo.signal import as_rates, check_count
 
 __all__ = [
@@ -40,8 +48,10 @@ __all__ = [
     "fit_success_rate_mixture",
     "fixed_outcome",
     "icl_success_prob",
+    "last_visit_draw",
     "mixture_moment",
     "mixture_zero_variance_share",
+    "neighbor_rates",
     "outcome_from_phased",
     "phased_step",
     "sample_mixture",
@@ -81,17 +91,21 @@ def sample_mixture(weights: Sequence[float], components: Sequence, k: int, rng: 
     out = np.empty(k, dtype=np.float64)
     for c, comp in enumerate(components):
         sel = which == c
-        if isinstance(comp, (tuple, list)):
-            a, b = (float(x) for x in comp)
-            if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
-                raise ValueError(f"component {c}: Beta parameters must be finite and > 0, got ({a}, {b})")
-            out[sel] = rng.beta(a, b, size=int(sel.sum()))
-        else:
-            x = float(comp)
-            if not 0.0 <= x <= 1.0:
-                raise ValueError(f"component {c}: a fixed success rate must lie in [0, 1], got {comp!r}")
-            out[sel] = x
+        comp = _component(c, comp)
+        out[sel] = rng.beta(*comp, size=int(sel.sum())) if isinstance(comp, tuple) else comp
     return out
+
+
+def _component(c: int, comp) -> tuple[float, float] | float:
+    """Mixture component ``c`` checked: a Beta's (a, b), both finite and > 0, or a fixed rate in [0, 1]."""
+    if isinstance(comp, (tuple, list)):
+        a, b = (float(x) for x in comp)
+        if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+            raise ValueError(f"component {c}: Beta parameters must be finite and > 0, got ({a}, {b})")
+        return a, b
+    if not 0.0 <= float(comp) <= 1.0:
+        raise ValueError(f"component {c}: a fixed success rate must lie in [0, 1], got {comp!r}")
+    return float(comp)
 
 
 def fit_success_rate_mixture(successes, trials) -> tuple[float, float, float, float, float]:
@@ -171,19 +185,43 @@ def icl_success_prob(p, mult: float = 1.0, add: float = 0.0) -> np.ndarray:
     return np.clip(mult * pp + add, 0.0, 1.0)
 
 
-def bernoulli_draw(p, p_icl, rng: np.random.Generator) -> Draw:
+def bernoulli_draw(p, p_icl, rng: np.random.Generator, *, binomial: bool = False) -> Draw:
     """The simulator's reward source: rollout j of prompt q gets reward 1 with probability p[q] (p_icl[q] when the
-    prompt is ICL-seeded in that round), else 0. Uniforms are drawn in one call per round, prompt by prompt."""
+    prompt is ICL-seeded in that round), else 0. Uniforms are drawn in one call per round, prompt by prompt; with
+    ``binomial``, each group's successes in one ``rng.binomial`` call per round instead (its rewards then listed
+    successes first), the draws of the rules that read only counts (xrpo-plus)."""
     pp, pi = as_rates(p), as_rates(p_icl, "p_icl")
 
     def draw(idx: np.ndarray, counts: np.ndarray, seeded: np.ndarray, rnd: int) -> list:
+        ends = np.cumsum(counts).tolist()
+        if binomial:
+            s = rng.binomial(counts, np.where(seeded, pi[idx], pp[idx]))
+            return [(np.arange(c) < k).astype(np.float64) for c, k in zip(counts.tolist(), s.tolist())]
         u = rng.random(int(np.sum(counts)))
         prob = np.repeat(np.where(seeded, pi[idx], pp[idx]), counts)
         r = (u < prob).astype(np.float64)
-        ends = np.cumsum(counts).tolist()
         return [r[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
     return draw
+
+
+def last_visit_draw(p, last_visit: int, rng: np.random.Generator) -> PromptHistory:
+    """Each prompt's previous visit (an earlier epoch) for the rules that read one (knapsack, xrpo-plus):
+    ``last_visit`` rollouts at the SAME p, successes ~ Binomial(last_visit, p) (0: never seen, no draw). No drift:
+    the study's model did not learn (held-out pass@1 flat over 120 steps, docs/results.md), so its prompts' rates
+    did not move between visits; with a learning model the estimate would be staler than this."""
+    pp = as_rates(p)
+    n = np.full(pp.shape[0], check_count(last_visit, "last_visit", 0), dtype=np.int64)
+    return PromptHistory(rng.binomial(n, pp) if last_visit else np.zeros_like(n), n)
+
+
+def neighbor_rates(p, rng: np.random.Generator, noise: float = 0.2, rollouts: int = 8) -> np.ndarray:
+    """The success rate of each prompt's nearest solved neighbour in the ICL index, as xrpo-plus-neighbors sees it:
+    a neighbour whose own rate is p' = clip(p + N(0, noise^2), 0, 1), k ~ Binomial(rollouts, p'), reported as
+    (k + 1/2) / (rollouts + 1): informative about p, not equal to it."""
+    pp = as_rates(p)
+    pn = np.clip(pp + rng.normal(0.0, noise, pp.shape[0]), 0.0, 1.0)
+    return (rng.binomial(rollouts, pn) + 0.5) / (rollouts + 1.0)
 
 
 def mixture_moment(weights: Sequence[float], components: Sequence, n: int) -> float:
@@ -197,18 +235,14 @@ def mixture_moment(weights: Sequence[float], components: Sequence, n: int) -> fl
         raise ValueError(f"weights must be >= 0, one per component ({len(components)}), summing to 1; got {weights!r}")
     total = 0.0
     for c, (wc, comp) in enumerate(zip(w, components)):
-        if isinstance(comp, (tuple, list)):
-            a, b = (float(x) for x in comp)
-            if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
-                raise ValueError(f"component {c}: Beta parameters must be finite and > 0, got ({a}, {b})")
+        comp = _component(c, comp)
+        if isinstance(comp, tuple):
+            a, b = comp
             m = 1.0
             for i in range(n):
                 m *= (a + i) / (a + b + i)
         else:
-            x = float(comp)
-            if not 0.0 <= x <= 1.0:
-                raise ValueError(f"component {c}: a fixed success rate must lie in [0, 1], got {comp!r}")
-            m = x**n
+            m = comp**n
         total += float(wc) * m
     return total
 
@@ -257,13 +291,15 @@ def phased_step(
     max_per_prompt=None,
     icl: bool = False,
     full_reward: float = 1.0,
+    history: PromptHistory | None = None,
+    allocator: AllocatorFn | None = None,
 ) -> PhasedResult:
     """One step of Algorithm 1's rounds with rewards from ``draw``: ``n_base`` rollouts per prompt, then for each
     planning round of ``plan_phases`` the trainer's own `plan_round` with the allocator ``allocation`` ("hrp" with
-    ``mode`` "proportional" or "greedy"; "uniform", the w/o-HRP ablation; any registered allocator that reads the
-    step's rewards). With ``icl`` the prompts `plan_round` marks for seeding (rollouts this round, no reward >=
-    ``full_reward`` so far) draw seeded rewards, as the planner's do when its corpus has examples for them (the
-    simulator assumes it always has).
+    ``mode`` "proportional" or "greedy"; "uniform", the w/o-HRP ablation; "xrpo-plus"; any registered allocator
+    that reads the step's rewards). With ``icl`` the prompts `plan_round` marks for seeding (rollouts this round, no
+    reward >= ``full_reward`` so far) draw seeded rewards, as the planner's do when its corpus has examples for them
+    (the simulator assumes it always has).
 
     Args:
         num_prompts: Q >= 1.
@@ -271,6 +307,8 @@ def phased_step(
         draw: reward source (:func:`bernoulli_draw`, or a replay of recorded rewards).
         n_base, rounds, alpha, lam, max_per_prompt, mode: the planner's n_base, plan_rounds, alpha, lam,
             max_extra_per_prompt, alloc_mode (`xrpo.algo.config.AllocationConfig`).
+        history: each prompt's earlier visits, for an allocator that reads them (:func:`last_visit_draw`).
+        allocator: an unregistered variant of ``allocation``'s function (`plan_round`'s ``allocator``).
 
     Returns:
         :class:`PhasedResult`.
@@ -309,7 +347,8 @@ def phased_step(
     for t, b in enumerate(phases.round_budgets, start=1):
         if b == 0:
             continue
-        plan = plan_round([np.concatenate(r) for r in by_prompt], b, knobs, icl=icl, full_reward=full_reward)
+        rewards = [np.concatenate(r) for r in by_prompt]
+        plan = plan_round(rewards, b, knobs, icl=icl, full_reward=full_reward, history=history, allocator=allocator)
         nonuni.append(plan.nonuniform)
         run(plan.alloc, plan.seed, t)
     return PhasedResult([np.concatenate(r) for r in by_prompt], allocs, seeded_all, succ_all, nonuni)

@@ -34,6 +34,7 @@ import numpy as np
 from xrpo.algo.allocation import plan_phases
 from xrpo.algo.config import AllocationConfig, BatchConfig, CuresConfig, check_knob_fields, knob
 from xrpo.algo.presets import preset_changes
+from xrpo.algo.rounds import cap_error
 from xrpo.algo.signal import nonzero_variance_prob
 from xrpo.algo.stats import mean_ci, ratio_ci
 from xrpo.sim.latency import latency_ratio, phase_latency, round_latency, stream_latency
@@ -190,6 +191,12 @@ class SimConfig:
             "oracle_min",
             f"None or an integer in [0, rollouts / prompts = {self.rollouts // self.prompts}]",
         )
+        # the cap must hold every planning round, and knapsack's one batch (the simulator's knapsack has no ICL)
+        alloc = "knapsack" if any(m.startswith("knapsack") for m in self.methods) else "hrp"
+        knobs = AllocationConfig(alloc, self.n_base, self.rounds, max_extra_per_prompt=self.max_extra)
+        err = cap_error(knobs, self.prompts, self.rollouts, icl=False)
+        if err is not None:
+            raise ValueError(f"max_extra {err}, got {self.max_extra!r}")
         need(0.0 <= self.degenerate_eps < 0.5, "degenerate_eps", "in [0, 0.5)")
         need(
             isinstance(self.concurrency, list)

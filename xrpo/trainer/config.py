@@ -29,6 +29,7 @@ from xrpo.algo.config import (
     TreePOConfig,
     check_knobs,
 )
+from xrpo.algo.rounds import cap_error
 from xrpo.rollout.engine import check_temperature, check_top_p
 from xrpo.rollout.prompts import FEWSHOT_POSITIONS
 from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
@@ -355,6 +356,8 @@ class TrainConfig:
                 f"must be >= method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step}",
                 r.rollouts_per_step,
             )
+            cap = cap_error(m, r.prompts_per_step, r.rollouts_per_step, icl=m.icl)
+            _check(cap is None, "method.max_extra_per_prompt", str(cap), m.max_extra_per_prompt)
         if m.allocation == "cures":
             _check(
                 r.rollouts_per_step >= m.cures_min_count * r.prompts_per_step,

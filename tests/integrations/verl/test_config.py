@@ -117,6 +117,12 @@ def test_verl_and_xrpo_validation_pass_on_cpu():
         (("trainer.critic_warmup=5",), "trainer.critic_warmup=5 needs a critic"),
         (("algorithm.filter_groups.enable=true",), "filter_groups"),
         (("reward.reward_model.enable=true",), "enable_resource_pool"),
+        # a cap the planning rounds (32 each over 16 prompts) or knapsack's one batch (128) cannot hold
+        (("algorithm.xrpo.max_extra_per_prompt=1",), "max_extra_per_prompt=1 caps 16 prompts at 1 rollouts each"),
+        (
+            ("algorithm.xrpo.max_extra_per_prompt=7", "algorithm.xrpo.allocation=knapsack", "algorithm.xrpo.icl=false"),
+            "fewer than 128, the step's budget, placed in one batch with allocation=knapsack: give at least 8",
+        ),
     ],
 )
 def test_cross_section_checks(overrides, words):

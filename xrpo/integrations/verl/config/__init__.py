@@ -145,6 +145,7 @@ def validate_xrpo_config(config: Any) -> XRPOConfig:
     Runs on the driver before any worker starts (needs no GPU). verl's own ``validate_config`` is run separately.
     """
     from xrpo.algo.allocation import plan_phases
+    from xrpo.algo.rounds import cap_error
 
     algo = config.algorithm
     if algo.adv_estimator != "xrpo":
@@ -167,6 +168,9 @@ def validate_xrpo_config(config: Any) -> XRPOConfig:
             f"XRPO budget: {total} rollouts per step for data.train_batch_size={prompts} prompts does not fit "
             f"algorithm.xrpo.n_base={xcfg.n_base} and plan_rounds={xcfg.plan_rounds}: {e}"
         ) from None
+    cap = cap_error(xcfg, prompts, total, icl=xcfg.icl)
+    if cap is not None:
+        raise ValueError(f"algorithm.xrpo.max_extra_per_prompt={xcfg.max_extra_per_prompt} {cap}")
     # settings RayXRPOTrainer.fit would otherwise drop without a word (it replaces verl's fit)
     corr = algo.get("rollout_correction", None) or {}
     if corr.get("bypass_mode", False):
