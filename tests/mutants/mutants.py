@@ -496,6 +496,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "Knapsack RL's one batch split evenly: the history never reaches the allocation",
     ),
     Mutant(
+        "cap-check-by-the-whole-budget",
+        "xrpo/algo/rounds.py",
+        "        need, what = max(rb), f\"the largest planning round's budget",
+        "        need, what = budget, f\"the largest planning round's budget",
+        ("tests/algo/test_rounds.py::test_cap_error_is_exactly_when_a_step_would_fail",),
+        "a cap that holds every planning round refused because it cannot hold the whole step's budget",
+    ),
+    Mutant(
         "logprob-position-off-by-one",
         "xrpo/trainer/logprobs.py",
         "start = torch.tensor([len(p) - 1 for p in prompts])",
