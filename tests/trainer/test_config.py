@@ -169,6 +169,22 @@ def test_round_trip():
             "rollout.planner=streaming & rollout.engine=vllm & method.name=treepo",
             "rollout.planner must be rounds with method.sampler=tree",
         ),
+        # accepted until a config fuzz (every field at edge values, 2 steps each) found them failing inside the run
+        # (clip_low, eval_temperature, warmup_steps, n_train, n_heldout, max_prompt_tokens) or read as 0 (the every's)
+        ("method.clip_low=1.0", r"method.clip_low must be < 1 \(the ratio is clipped below at 1 - clip_low\)"),
+        ("eval_temperature=-0.5", "config field eval_temperature must be a finite number >= 0"),
+        ("eval_every=-1", r"config field eval_every must be >= 0 \(0: never\), got -1"),
+        ("save_every=-40", "config field save_every must be >= 0"),
+        ("log_samples_every=-1", "config field log_samples_every must be >= 0"),
+        ("model.warmup_steps=0", "config field model.warmup_steps must be >= 1, got 0"),
+        ("data.n_train=0", "config field data.n_train must be >= 1, got 0"),
+        ("data.n_heldout=-1", "config field data.n_heldout must be >= 1, got -1"),
+        ("data.max_prompt_tokens=0", "config field data.max_prompt_tokens must be >= 1, got 0"),
+        ("optim.weight_decay=-0.5", "config field optim.weight_decay must be >= 0, got -0.5"),
+        ("optim.warmup_steps=-1", "config field optim.warmup_steps must be >= 0, got -1"),
+        ("optim.grad_clip=-0.5", r"config field optim.grad_clip must be >= 0 \(0: no clip\), got -0.5"),
+        ("rollout.max_batch_size=0", "config field rollout.max_batch_size must be >= 1, got 0"),
+        ("method.plan_rounds=0", r"method.plan_rounds must be >= 1: .* leaves 64 rollouts after the base round"),
     ],
 )
 def test_bad_values_name_the_field(override, match):

@@ -313,6 +313,8 @@ def _check_number(
 
 def _loss(o: Any, where: str) -> None:
     _check_number(o, where, "clip_low", 0)
+    if o.clip_low >= 1:  # a ratio clipped at 1 - eps_low <= 0 is no clip
+        _fail(where, "clip_low", "must be < 1 (the ratio is clipped below at 1 - clip_low)", o.clip_low)
     _check_number(o, where, "clip_high", 0)
     _check_choice(o, where, "loss_agg", LOSS_AGGS)
     _check_number(o, where, "kl_coef", 0)

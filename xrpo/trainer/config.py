@@ -29,7 +29,7 @@ from xrpo.algo.config import (
     TreePOConfig,
     check_knobs,
 )
-from xrpo.algo.rounds import cap_error
+from xrpo.algo.rounds import cap_error, plans_rounds
 from xrpo.rollout.engine import check_temperature, check_top_p
 from xrpo.rollout.prompts import FEWSHOT_POSITIONS
 from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
@@ -266,6 +266,9 @@ class TrainConfig:
 
     def _check_task(self) -> None:
         d = self.data
+        # held-out problems serve validation and the before/after summary: a run needs at least one of each
+        for name in ("n_train", "n_heldout", "max_prompt_tokens"):
+            _check(getattr(d, name) >= 1, f"data.{name}", "must be >= 1", getattr(d, name))
         if d.families is None and d.levels is None:
             return
         if d.train != "default":
@@ -283,6 +286,7 @@ class TrainConfig:
 
     def _check_model(self) -> None:
         mc = self.model
+        _check(mc.warmup_steps >= 1, "model.warmup_steps", "must be >= 1", mc.warmup_steps)
         _check(mc.dtype in ("float32", "bfloat16"), "model.dtype", "must be float32 or bfloat16", mc.dtype)
         _check(
             mc.master_dtype in (None, "float32", "bfloat16"),
@@ -356,6 +360,15 @@ class TrainConfig:
                 f"must be >= method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step}",
                 r.rollouts_per_step,
             )
+            if plans_rounds(m.allocation, m.icl) and m.plan_rounds == 0:
+                _check(
+                    r.rollouts_per_step == m.n_base * r.prompts_per_step,
+                    "method.plan_rounds",
+                    f"must be >= 1: rollout.rollouts_per_step={r.rollouts_per_step} leaves "
+                    f"{r.rollouts_per_step - m.n_base * r.prompts_per_step} rollouts after the base round "
+                    f"(method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step})",
+                    m.plan_rounds,
+                )
             cap = cap_error(m, r.prompts_per_step, r.rollouts_per_step, icl=m.icl)
             _check(cap is None, "method.max_extra_per_prompt", str(cap), m.max_extra_per_prompt)
         if m.allocation == "cures":
@@ -382,6 +395,7 @@ class TrainConfig:
         )
         check_top_p(r.top_p, "config field rollout.top_p")
         _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
+        _check(r.max_batch_size >= 1, "rollout.max_batch_size", "must be >= 1", r.max_batch_size)
         _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)
         if r.planner == "streaming":
             _check(
@@ -434,6 +448,9 @@ class TrainConfig:
                 self.data.prompt_template,
             )
         _check(o.lr > 0, "optim.lr", "must be > 0", o.lr)
+        _check(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0", o.weight_decay)
+        _check(o.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0", o.warmup_steps)
+        _check(o.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0: no clip)", o.grad_clip)
         _check(o.schedule in ("constant", "cosine"), "optim.schedule", "must be constant or cosine", o.schedule)
         _check(
             o.old_logprobs in ("auto", "recompute", "reuse"),
@@ -451,6 +468,9 @@ class TrainConfig:
             o.betas,
         )
         _check(self.eval_samples >= 1, "eval_samples", "must be >= 1", self.eval_samples)
+        for name in ("eval_every", "save_every", "log_samples_every"):  # 0 disables; a negative one is a typo
+            _check(getattr(self, name) >= 0, name, "must be >= 0 (0: never)", getattr(self, name))
+        check_temperature(self.eval_temperature, "config field eval_temperature")
         _check(
             all(1 <= k <= self.eval_samples for k in self.eval_k),
             "eval_k",
