@@ -308,3 +308,9 @@ def test_a_cap_too_small_for_the_step_is_refused_by_name():
     with pytest.raises(ValueError, match=r"max_extra caps 16 prompts at 7 .* fewer than 128, .*allocation=knapsack"):
         SimConfig(max_extra=7, methods=["uniform", "knapsack"])
     SimConfig(max_extra=8, methods=["uniform", "knapsack"])
+
+
+def test_a_negative_seed_is_refused_by_name():
+    # numpy's default_rng refused it inside the first step
+    with pytest.raises(ValueError, match=r"seed must be >= 0 \(numpy's seeds\), got -1"):
+        SimConfig(seed=-1)

@@ -157,6 +157,7 @@ class SimConfig:
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool), name, "an integer")
         need(self.prompts >= 1, "prompts", ">= 1")
+        need(self.seed >= 0, "seed", ">= 0 (numpy's seeds)")
         need(self.steps >= 2, "steps", ">= 2 (an interval needs two steps)")
         need(
             self.rollouts >= self.n_base * self.prompts,

@@ -341,6 +341,7 @@ class TrainConfig:
         """Cross-field checks; raises ValueError naming the field."""
         m, r, o = self.method, self.rollout, self.optim
         _check(self.steps >= 1, "steps", "must be >= 1", self.steps)
+        _check(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32) (numpy's and torch's seeds)", self.seed)
         _check(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1", r.prompts_per_step)
         check_knobs(m, "method.")
         check_knobs(r, "rollout.")
