@@ -191,7 +191,7 @@ def test_rounds_file_rates_raw_or_fitted(tmp_path):
     [
         ({"rollouts": 40}, "rollouts must be >= n_base \\* prompts = 4 \\* 16 = 64, got 40"),
         ({"n_base": 1}, "n_base must be >= 2"),
-        ({"rounds": 0}, "rounds=0 leaves 64 of rollouts=128 unallocated"),
+        ({"rounds": 0}, "rounds=0 cannot split rollouts=128: rounds=0 leaves 64 of total_budget=128 unallocated"),
         ({"methods": ["uniform", "grpo"]}, "methods: unknown method 'grpo'; valid: cures, dapo, hrp"),
         ({"methods": ["hrp", "hrp"]}, "lists a method twice"),
         ({"steps": 1}, "steps must be >= 2"),

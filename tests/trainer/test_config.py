@@ -185,7 +185,11 @@ def test_round_trip():
         ("optim.warmup_steps=-1", "config field optim.warmup_steps must be >= 0, got -1"),
         ("optim.grad_clip=-0.5", r"config field optim.grad_clip must be >= 0 \(0: no clip\), got -0.5"),
         ("rollout.max_batch_size=0", "config field rollout.max_batch_size must be >= 1, got 0"),
-        ("method.plan_rounds=0", r"method.plan_rounds must be >= 1: .* leaves 64 rollouts after the base round"),
+        (
+            "method.plan_rounds=0",
+            r"config field method.plan_rounds cannot split rollout.rollouts_per_step \(rounds=0 leaves 64 of "
+            r"total_budget=128 unallocated after the base phase \(64\)\), got 0",
+        ),
     ],
 )
 def test_bad_values_name_the_field(override, match):

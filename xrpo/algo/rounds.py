@@ -80,6 +80,7 @@ __all__ = [
     "refill_more",
     "register_allocator",
     "seed_candidates",
+    "successes_so_far",
 ]
 
 
@@ -170,8 +171,9 @@ def cures_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, hist
     return _cures_counts(posterior_mean(alpha, beta), budget, getattr(knobs, "cures_min_count", 2))[0]
 
 
-def _successes(rewards: Sequence[np.ndarray], knobs: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(k, m): each prompt's rewards >= the knobs' ``full_reward`` (1.0 without it) and rewards so far."""
+def successes_so_far(rewards: Sequence[np.ndarray], knobs: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(k, m): each prompt's rewards >= the knobs' ``full_reward`` (1.0 without it) and rewards so far, the counts
+    an allocator that reads only them sees (xrpo-plus and its variants)."""
     full = getattr(knobs, "full_reward", 1.0)
     k = np.array([int(np.count_nonzero(np.asarray(r) >= full)) for r in rewards], dtype=np.int64)
     return k, np.array([np.asarray(r).shape[0] for r in rewards], dtype=np.int64)
@@ -200,7 +202,7 @@ def xrpo_plus_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, 
     """xrpo-plus: ``posterior_allocation`` of the round's budget on the step's successes so far (reward >=
     ``full_reward``) and the prompts' last visits (``history``; None: the step alone), prior Beta(1, 1), cap the
     knobs' ``max_extra_per_prompt``."""
-    k, m = _successes(rewards, knobs)
+    k, m = successes_so_far(rewards, knobs)
     hist = {} if history is None else {"history_successes": history.successes, "history_trials": history.trials}
     return posterior_allocation(k, m, budget, prior="flat", max_per_prompt=knobs.max_extra_per_prompt, **hist)
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
-from xrpo.algo.rounds import AllocatorFn, batch_counts, cures_select, one_batch_counts
+from xrpo.algo.rounds import AllocatorFn, batch_counts, cures_select, one_batch_counts, successes_so_far
 from xrpo.algo.signal import oracle_allocation
 from xrpo.sim.model import (
     StepOutcome,
@@ -135,12 +135,11 @@ def _posterior_variant(n_base: int, prior: str, prior_mean) -> AllocatorFn:
     and ``prior_mean`` (a neighbour's rate, `neighbor_rates`)."""
 
     def fn(rewards, budget, knobs, history):
-        k = np.array([int(np.count_nonzero(r >= 1.0)) for r in rewards], dtype=np.int64)
-        m = np.array([r.shape[0] for r in rewards], dtype=np.int64)
+        k, m = successes_so_far(rewards, knobs)
         hk, hn = history if history is not None else (np.zeros_like(k), np.zeros_like(m))
         pr = prior
         if prior.startswith("batch"):
-            kb = np.array([int(np.count_nonzero(r[:n_base] >= 1.0)) for r in rewards], dtype=np.int64)
+            kb = successes_so_far([r[:n_base] for r in rewards], knobs)[0]
             pr = fit_beta_prior(kb + hk, n_base + hn, moment="variance" if prior == "batch-variance" else "flat")
         hist = {} if history is None else {"history_successes": hk, "history_trials": hn}
         return posterior_allocation(

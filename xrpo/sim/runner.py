@@ -164,11 +164,10 @@ class SimConfig:
             "rollouts",
             f">= n_base * prompts = {self.n_base} * {self.prompts} = {self.n_base * self.prompts}",
         )
-        if self.rounds == 0 and self.rollouts != self.n_base * self.prompts:
-            raise ValueError(
-                f"rounds=0 leaves {self.rollouts - self.n_base * self.prompts} of rollouts={self.rollouts}"
-                " unallocated after the base round: give rounds >= 1 or rollouts = n_base * prompts"
-            )
+        try:  # the planner's own rule for splitting the step
+            plan_phases(self.prompts, self.rollouts, self.n_base, self.rounds)
+        except ValueError as e:
+            raise ValueError(f"rounds={self.rounds} cannot split rollouts={self.rollouts}: {e}") from None
         need(math.isfinite(self.icl_mult) and self.icl_mult >= 0, "icl_mult", "a number >= 0")
         need(math.isfinite(self.icl_add) and -1 <= self.icl_add <= 1, "icl_add", "in [-1, 1]")
         need(self.last_visit >= 0, "last_visit", ">= 0")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from xrpo.algo.allocation import plan_phases
 from xrpo.algo.config import (
     AdvantageConfig,
     AllocationConfig,
@@ -266,7 +267,7 @@ class TrainConfig:
 
     def _check_task(self) -> None:
         d = self.data
-        # held-out problems serve validation and the before/after summary: a run needs at least one of each
+        # a run needs a training problem, a held-out one (validation and the before/after summary) and a prompt token
         for name in ("n_train", "n_heldout", "max_prompt_tokens"):
             _check(getattr(d, name) >= 1, f"data.{name}", "must be >= 1", getattr(d, name))
         if d.families is None and d.levels is None:
@@ -361,15 +362,11 @@ class TrainConfig:
                 f"must be >= method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step}",
                 r.rollouts_per_step,
             )
-            if plans_rounds(m.allocation, m.icl) and m.plan_rounds == 0:
-                _check(
-                    r.rollouts_per_step == m.n_base * r.prompts_per_step,
-                    "method.plan_rounds",
-                    f"must be >= 1: rollout.rollouts_per_step={r.rollouts_per_step} leaves "
-                    f"{r.rollouts_per_step - m.n_base * r.prompts_per_step} rollouts after the base round "
-                    f"(method.n_base x rollout.prompts_per_step = {m.n_base * r.prompts_per_step})",
-                    m.plan_rounds,
-                )
+            if plans_rounds(m.allocation, m.icl):  # the planner's own rule for splitting the step
+                try:
+                    plan_phases(r.prompts_per_step, r.rollouts_per_step, m.n_base, m.plan_rounds)
+                except ValueError as e:
+                    _check(False, "method.plan_rounds", f"cannot split rollout.rollouts_per_step ({e})", m.plan_rounds)
             cap = cap_error(m, r.prompts_per_step, r.rollouts_per_step, icl=m.icl)
             _check(cap is None, "method.max_extra_per_prompt", str(cap), m.max_extra_per_prompt)
         if m.allocation == "cures":
