@@ -10,8 +10,10 @@ from xrpo.rollout.engine import (
     RolloutEngine,
     SamplingParams,
     cut_at_stop,
+    encode_prompts,
     find_stop,
     validate_generate_args,
+    validate_generate_ids_args,
 )
 
 
@@ -95,6 +97,24 @@ def test_validate_generate_args_accepts_sequences():
 def test_validate_generate_args_errors(prompts, counts, params, match):
     with pytest.raises(ValueError, match=match):
         validate_generate_args(prompts, counts, params)
+
+
+def test_validate_generate_ids_args_checks_the_vocabulary_of_prompts_with_rollouts():
+    ids, counts = validate_generate_ids_args([[1, 9], (np.int64(3),)], [1, 2], SamplingParams(), vocab_size=10)
+    assert ids == [[1, 9], [3]] and counts == [1, 2]
+    # a prompt with no rollouts is not generated from: its ids are not looked up
+    assert validate_generate_ids_args([[1], [10]], [1, 0], SamplingParams(), vocab_size=10)[0] == [[1], [10]]
+    with pytest.raises(ValueError, match=r"prompt_ids\[1\]: token id 10 is outside the model's vocabulary of 10"):
+        validate_generate_ids_args([[1], [4, 10]], [1, 1], SamplingParams(), vocab_size=10)
+    assert validate_generate_ids_args([[10**9]], [1], SamplingParams())[0] == [[10**9]]  # vocabulary unknown
+
+
+def test_encode_prompts_encodes_only_prompts_with_rollouts(tiny_tokenizer):
+    ids = encode_prompts(tiny_tokenizer, ["Q: 1+1", "", "Q: 2+2"], [1, 0, 3], add_special_tokens=False)
+    want = tiny_tokenizer(["Q: 1+1", "Q: 2+2"], add_special_tokens=False)["input_ids"]
+    assert ids == [list(want[0]), [], list(want[1])] and len(ids[0]) > 0
+    with pytest.raises(ValueError, match=r"prompts\[1\]: encodes to no tokens"):
+        encode_prompts(tiny_tokenizer, ["Q: 1+1", ""], [1, 1], add_special_tokens=False)
 
 
 # ---- stop strings ------------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ __all__ = [
     "StreamingEngine",
     "TokenPromptEngine",
     "as_stream",
+    "encode_prompts",
     "validate_generate_args",
     "validate_submit_args",
     "validate_generate_ids_args",
@@ -257,8 +258,11 @@ def as_stream(engine: RolloutEngine):
     return engine if isinstance(engine, StreamingEngine) else BatchStream(engine)
 
 
-def validate_generate_ids_args(prompt_ids, counts, params) -> tuple[list[list[int]], list[int]]:
-    """Check `generate_ids`'s arguments; returns them as plain lists. Raises ValueError naming the bad argument."""
+def validate_generate_ids_args(
+    prompt_ids, counts, params, vocab_size: int | None = None
+) -> tuple[list[list[int]], list[int]]:
+    """Check `generate_ids`'s arguments (with ``vocab_size``: every token id of a prompt that gets rollouts lies in
+    the model's vocabulary); returns them as plain lists. Raises ValueError naming the bad argument."""
     if isinstance(prompt_ids, (str, bytes)) or not isinstance(prompt_ids, Sequence):
         raise ValueError(f"prompt_ids: expected a list of token-id lists, got {type(prompt_ids).__name__}")
     out = []
@@ -272,7 +276,24 @@ def validate_generate_ids_args(prompt_ids, counts, params) -> tuple[list[list[in
                 raise ValueError(f"prompt_ids[{i}][{t}]: expected a token id (int >= 0), got {tok!r}")
         out.append([int(t) for t in ids])
     _, counts = validate_generate_args([""] * len(out), counts, params)
+    for i, ids in enumerate(out):
+        if vocab_size is not None and counts[i] > 0 and max(ids) >= vocab_size:
+            raise ValueError(f"prompt_ids[{i}]: token id {max(ids)} is outside the model's vocabulary of {vocab_size}")
     return out, counts
+
+
+def encode_prompts(tokenizer, prompts: list[str], counts: list[int], *, add_special_tokens: bool) -> list[list[int]]:
+    """Token ids of each prompt that gets rollouts (count > 0; the others: []), in one tokenizer call, for an engine
+    that generates from ids. Raises ValueError naming a prompt that encodes to no tokens."""
+    needed = [i for i, c in enumerate(counts) if c > 0]
+    prompt_ids: list[list[int]] = [[] for _ in prompts]
+    if needed:
+        encoded = tokenizer([prompts[i] for i in needed], add_special_tokens=add_special_tokens)["input_ids"]
+        for i, ids in zip(needed, encoded):
+            if len(ids) == 0:
+                raise ValueError(f"prompts[{i}]: encodes to no tokens; expected a non-empty prompt")
+            prompt_ids[i] = list(ids)
+    return prompt_ids
 
 
 def validate_generate_args(prompts, counts, params) -> tuple[list[str], list[int]]:

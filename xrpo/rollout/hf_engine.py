@@ -39,6 +39,7 @@ from xrpo.rollout.engine import (
     Rollout,
     SamplingParams,
     cut_at_stop,
+    encode_prompts,
     find_stop,
     resolve_eos_token_ids,
     validate_generate_args,
@@ -168,25 +169,15 @@ class HFEngine:
     def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
         """Sample `counts[i]` completions of `prompts[i]`; see `xrpo.rollout.engine` for the conventions."""
         prompts, counts = validate_generate_args(prompts, counts, params)
-        needed = [i for i, c in enumerate(counts) if c > 0]
-        prompt_ids: list[list[int]] = [[] for _ in prompts]
-        if needed:
-            encoded = self.tokenizer([prompts[i] for i in needed], add_special_tokens=self.add_special_tokens)
-            for i, ids in zip(needed, encoded["input_ids"]):
-                if len(ids) == 0:
-                    raise ValueError(f"prompts[{i}]: encodes to no tokens; expected a non-empty prompt")
-                prompt_ids[i] = list(ids)
+        prompt_ids = encode_prompts(self.tokenizer, prompts, counts, add_special_tokens=self.add_special_tokens)
         return self._generate(prompt_ids, counts, params, "prompts")
 
     def generate_ids(
         self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams
     ) -> list[list[Rollout]]:
         """As `generate`, with token-id prompts (see `xrpo.rollout.engine.TokenPromptEngine`)."""
-        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params)
         vocab = getattr(self.model.config, "vocab_size", None)
-        for i, ids in enumerate(prompt_ids):
-            if vocab is not None and counts[i] > 0 and max(ids) >= vocab:
-                raise ValueError(f"prompt_ids[{i}]: token id {max(ids)} is outside the model's vocabulary of {vocab}")
+        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params, vocab)
         return self._generate(prompt_ids, counts, params, "prompt_ids")
 
     @contextlib.contextmanager

@@ -19,6 +19,7 @@ from xrpo.rollout.engine import (
     Rollout,
     SamplingParams,
     cut_at_stop,
+    encode_prompts,
     resolve_eos_token_ids,
     validate_generate_args,
     validate_generate_ids_args,
@@ -274,26 +275,14 @@ class VLLMEngine:
     def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
         """Sample `counts[i]` completions of `prompts[i]`; see `xrpo.rollout.engine` for the conventions."""
         prompts, counts = validate_generate_args(prompts, counts, params)
-        needed = [i for i, c in enumerate(counts) if c > 0]
-        prompt_ids: list[list[int]] = [[] for _ in prompts]
-        if needed:
-            encoded = self.tokenizer([prompts[i] for i in needed], add_special_tokens=False)["input_ids"]
-            for i, ids in zip(needed, encoded):
-                if len(ids) == 0:
-                    raise ValueError(f"prompts[{i}]: encodes to no tokens; expected a non-empty prompt")
-                prompt_ids[i] = list(ids)
+        prompt_ids = encode_prompts(self.tokenizer, prompts, counts, add_special_tokens=False)
         return self._generate(prompt_ids, counts, params, "prompts")
 
     def generate_ids(
         self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams
     ) -> list[list[Rollout]]:
         """As `generate`, with token-id prompts (see `xrpo.rollout.engine.TokenPromptEngine`)."""
-        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params)
-        for i, ids in enumerate(prompt_ids):
-            if counts[i] > 0 and max(ids) >= self.vocab_size:
-                raise ValueError(
-                    f"prompt_ids[{i}]: token id {max(ids)} is outside the model's vocabulary of {self.vocab_size}"
-                )
+        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params, self.vocab_size)
         return self._generate(prompt_ids, counts, params, "prompt_ids")
 
     def _generate(self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams, what: str):
