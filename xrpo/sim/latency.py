@@ -76,9 +76,7 @@ def phase_latency(phase_sizes: Sequence[int], concurrency: int, t0: float = 1.0,
     for rounds of unequal size such as XRPO's base round and planning rounds; a round of size 0 is not run)."""
     m = check_count(concurrency, "concurrency", 1)
     _check_times(t0, dt)
-    sizes = np.asarray(phase_sizes, dtype=np.float64)
-    if sizes.ndim != 1 or np.any(sizes < 0) or not np.all(sizes == np.round(sizes)):
-        raise ValueError(f"phase_sizes must be whole numbers >= 0, got {phase_sizes!r}")
+    sizes = _phase_sizes(phase_sizes)
     # sum over rounds of ceil(size / m_p) t0 + dt
     return float(sum(math.ceil(int(b) / m) * t0 + dt for b in sizes if b > 0))
 
@@ -97,11 +95,16 @@ def stream_latency(phase_sizes: Sequence[int], concurrency: int, t0: float = 1.0
     CPU. Rollouts of unequal length are `step_latency`'s case."""
     m = check_count(concurrency, "concurrency", 1)
     _check_times(t0, 0.0)
+    sizes = _phase_sizes(phase_sizes)
+    # T3 = max(ceil(N / m_p), n) t0
+    return float(max(math.ceil(int(sizes.sum()) / m), int(np.count_nonzero(sizes))) * t0)
+
+
+def _phase_sizes(phase_sizes: Sequence[int]) -> np.ndarray:
     sizes = np.asarray(phase_sizes, dtype=np.float64)
     if sizes.ndim != 1 or np.any(sizes < 0) or not np.all(sizes == np.round(sizes)):
         raise ValueError(f"phase_sizes must be whole numbers >= 0, got {phase_sizes!r}")
-    # T3 = max(ceil(N / m_p), n) t0
-    return float(max(math.ceil(int(sizes.sum()) / m), int(np.count_nonzero(sizes))) * t0)
+    return sizes
 
 
 def _check_times(t0: float, dt: float) -> None:
