@@ -29,9 +29,11 @@ def test_defaults_pass_and_every_knob_has_one_owner():
 
 
 BAD = [
-    ("clip_low", -0.1, "must be >= 0"),
+    ("clip_low", -0.1, "must be a finite number >= 0"),
     ("loss_agg", "sum", "must be one of"),
-    ("kl_coef", math.nan, "must be a number >= 0"),
+    ("kl_coef", math.nan, "must be a finite number >= 0"),
+    ("kl_coef", math.inf, "must be a finite number >= 0, got inf"),
+    ("clip_high", math.inf, "must be a finite number >= 0, got inf"),
     ("kl_estimator", "k9", "must be one of"),
     ("adv_scale", "mad", "must be one of std or none"),
     ("allocation", "random", "must be one of hrp, uniform, cures, knapsack or xrpo-plus"),
@@ -40,21 +42,26 @@ BAD = [
     ("n_base", True, "must be an int >= 2"),
     ("plan_rounds", -1, "must be >= 0"),
     ("alpha", 0.5, "alpha"),
-    ("lam", -1.0, "must be >= 0"),
+    ("lam", -1.0, "must be a finite number >= 0"),
+    ("lam", math.inf, "must be a finite number >= 0, got inf"),
     ("alloc_mode", "fair", "must be one of proportional or greedy"),
     ("max_extra_per_prompt", -1, "or null"),
     ("icl_k", 0, "must be >= 1"),
     ("icl_train_prompt", "both", "must be one of original or icl"),
-    ("icl_min_similarity", -0.5, "must be >= 0"),
+    ("icl_min_similarity", -0.5, "must be a finite number >= 0 and <= 1"),
+    ("icl_min_similarity", 1.5, r"and <= 1, got 1.5"),
     ("icl_novelty", "skip", "must be one of train, sample or exclude"),
-    ("lam_nov", "2.5", "must be a number >= 0"),
-    ("kappa_clip", -1, "must be >= 0"),
+    ("lam_nov", "2.5", "must be a finite number >= 0"),
+    ("lam_nov", math.inf, "must be a finite number >= 0, got inf"),
+    ("kappa_clip", -1, "must be a finite number >= 0"),
+    ("kappa_clip", math.inf, "must be a finite number >= 0, got inf"),
     ("full_reward", math.inf, "must be a finite number"),
     ("sampler", "beam", "must be one of independent or tree"),
     ("max_gen_batches", 0, "must be >= 1"),
     ("tree_segment_len", -1, r"\(0: derived\)"),
     ("tree_branch", 0, "must be >= 1"),
-    ("tree_divergence_temp", 0.0, "must be > 0"),
+    ("tree_divergence_temp", 0.0, "must be a finite number > 0"),
+    ("tree_divergence_temp", math.inf, "must be a finite number > 0, got inf"),
     ("cures_prior_alpha", 0.0, "must be a finite number > 0"),
     ("cures_min_count", 1, "a group of one has no reward variance"),
     ("embedder", "", "must name an embedder"),
@@ -89,5 +96,5 @@ def test_only_the_embedded_sections_are_checked():
         pass
 
     check_knobs(JustSharpen())
-    with pytest.raises(ValueError, match="config field lam_nov must be >= 0, got -1.0"):
+    with pytest.raises(ValueError, match="config field lam_nov must be a finite number >= 0, got -1.0"):
         check_knobs(JustSharpen(lam_nov=-1.0))

@@ -53,8 +53,8 @@ def test_option_ranges_are_checked_once_for_every_caller():
             check_gpu_memory_utilization(bad, "--vllm-gpu-memory-utilization")
     for ok in (None, 0.25, 2):
         check_kv_cache_gib(ok)
-    for bad in (0, -1.0, True, "1"):
-        with pytest.raises(ValueError, match="kv_cache_gib must be a number of GiB > 0 or null"):
+    for bad in (0, -1.0, True, "1", float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="kv_cache_gib must be a finite number of GiB > 0 or null"):
             check_kv_cache_gib(bad)
     for ok in (None, 1, 4096):
         check_max_model_len(ok)

@@ -135,8 +135,8 @@ class ICLPromptConfig:
     """Train ICL-seeded rollouts under the "original" prompt (the model is evaluated without examples) or the "icl"
     prompt they were sampled from (xrpo.rollout.planner's docstring)."""
     icl_min_similarity: float = 0.0
-    """Neighbours below this cosine similarity are not used as ICL examples; with none left the prompt stays
-    zero-shot."""
+    """Neighbours below this cosine similarity (in [0, 1]) are not used as ICL examples; with none left the prompt
+    stays zero-shot."""
 
 
 @dataclass
@@ -295,20 +295,23 @@ def _check_int(obj: Any, where: str, name: str, least: int, why: str = "") -> No
 
 
 def _check_number(
-    obj: Any, where: str, name: str, least: float | None = None, strict: bool = False, finite: bool = False
+    obj: Any, where: str, name: str, least: float | None = None, strict: bool = False, most: float | None = None
 ) -> None:
+    """A finite number (an infinite clip, coefficient or rate is no setting: it turns the step's sums into inf or
+    NaN) in [least, most] (``strict``: > least)."""
     v = getattr(obj, name)
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-    if ok and finite:
-        ok = math.isfinite(v)
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     if ok and least is not None:
         ok = v > least if strict else v >= least
+    if ok and most is not None:
+        ok = v <= most
     if not ok:
-        number = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
-        what = "a finite number" if finite else ("" if number else "a number")
+        what = "a finite number"
         if least is not None:
             what += f" {'>' if strict else '>='} {least:g}"
-        _fail(where, name, f"must be {what.strip()}", v)
+        if most is not None:
+            what += f"{' and' if least is not None else ''} <= {most:g}"
+        _fail(where, name, f"must be {what}", v)
 
 
 def _loss(o: Any, where: str) -> None:
@@ -342,12 +345,12 @@ def _icl(o: Any, where: str) -> None:
 
 def _icl_prompt(o: Any, where: str) -> None:
     _check_choice(o, where, "icl_train_prompt", ICL_TRAIN_PROMPTS)
-    _check_number(o, where, "icl_min_similarity", 0)
+    _check_number(o, where, "icl_min_similarity", 0, most=1)  # a cosine similarity
 
 
 def _stream(o: Any, where: str) -> None:
     _check_choice(o, where, "planner", PLANNERS)
-    _check_number(o, where, "stream_quorum", 0, strict=True, finite=True)
+    _check_number(o, where, "stream_quorum", 0, strict=True)
     if o.stream_quorum > 1:
         _fail(where, "stream_quorum", "must be in (0, 1] (a share of the step's prompts)", o.stream_quorum)
 
@@ -362,7 +365,7 @@ def _sharpen(o: Any, where: str) -> None:
     _check_choice(o, where, "icl_novelty", ICL_NOVELTY)
     _check_number(o, where, "lam_nov", 0)
     _check_number(o, where, "kappa_clip", 0)
-    _check_number(o, where, "full_reward", finite=True)
+    _check_number(o, where, "full_reward")
 
 
 def _batch(o: Any, where: str) -> None:
@@ -379,10 +382,10 @@ def _treepo(o: Any, where: str) -> None:
 
 
 def _cures(o: Any, where: str) -> None:
-    _check_number(o, where, "cures_prior_alpha", 0, strict=True, finite=True)
-    _check_number(o, where, "cures_prior_beta", 0, strict=True, finite=True)
-    _check_number(o, where, "cures_temp_scale", 0, strict=True, finite=True)
-    _check_number(o, where, "cures_success_threshold", finite=True)
+    _check_number(o, where, "cures_prior_alpha", 0, strict=True)
+    _check_number(o, where, "cures_prior_beta", 0, strict=True)
+    _check_number(o, where, "cures_temp_scale", 0, strict=True)
+    _check_number(o, where, "cures_success_threshold")
     _check_int(o, where, "cures_warmup_rollouts", 0)
     _check_int(o, where, "cures_min_count", 2, " (a group of one has no reward variance)")
 

@@ -7,6 +7,7 @@ call. Importing this module needs no vLLM.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -133,8 +134,10 @@ def check_gpu_memory_utilization(value, name: str = "gpu_memory_utilization") ->
 
 def check_kv_cache_gib(value, name: str = "kv_cache_gib") -> None:
     """The CPU KV cache in GiB: a number > 0, or None (vLLM's default)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-        raise ValueError(f"{name} must be a number of GiB > 0 or null, got {value!r}")
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf
+    ):
+        raise ValueError(f"{name} must be a finite number of GiB > 0 or null, got {value!r}")
 
 
 def check_max_model_len(value, name: str = "max_model_len") -> None:

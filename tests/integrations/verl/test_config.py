@@ -62,7 +62,8 @@ def test_overrides_reach_the_block_and_bad_values_name_the_key():
         ("algorithm.xrpo.alpha=0.95", "must lie in (0, 0.5)"),
         ("algorithm.xrpo.batch_align=cut", "batch_align must be one of"),
         ("algorithm.xrpo.icl_train_prompt=both", "icl_train_prompt must be one of"),
-        ("algorithm.xrpo.lam_nov=-1", "lam_nov must be >= 0"),
+        ("algorithm.xrpo.lam_nov=-1", "lam_nov must be a finite number >= 0"),
+        ("algorithm.xrpo.lam=inf", "lam must be a finite number >= 0, got inf"),
         # the sections' checks that verl's block did not have before it embedded them
         ("algorithm.xrpo.icl_k=0", "algorithm.xrpo.icl_k must be >= 1"),
         # CurES chooses the step's prompts; verl's dataloader does on verl: refused with the reason
