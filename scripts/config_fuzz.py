@@ -2,9 +2,9 @@
 
     python scripts/config_fuzz.py [PREFIX ...]     # e.g. optim. method.clip  (default: every field)
 
-For each int / float / bool / optional field (0, 1, 2, 3, 7, 100000, -1; 0, 1e-9, 0.5, 1, 2, 1e6, -0.5; the other
-boolean; null) it builds the config over a small base (2 steps of 4 prompts x 32 rollouts, no periodic validation,
-checkpoints or logs) and, when the config accepts it, trains in this process. One line per case:
+For each int / float / bool / optional field (0, 1, 2, 3, 7, 100000, -1; 0, 1e-9, 0.5, 1, 2, 1e6, -0.5, inf, nan;
+the other boolean; null) it builds the config over a small base (2 steps of 4 prompts x 32 rollouts, no periodic
+validation, checkpoints or logs) and, when the config accepts it, trains in this process. One line per case:
 
     REFUSED       the config refused it (the message must name the field)
     ACCEPT-OK     accepted, and the 2 steps ran
@@ -44,7 +44,7 @@ BASE = [
     "eval_k=[1,2]",
 ]
 SKIP = {"output", "report_to", "mlflow_tracking_uri", "tracker_project", "tracker_run_name", "path", "gguf_file"}
-SKIP |= {"steps", "seed", "time_limit", "threads", "task", "cache_dir"}
+SKIP |= {"steps", "seed", "threads", "task", "cache_dir"}
 LIMIT_S = 120
 
 
@@ -59,7 +59,7 @@ def edge_values(tp, default) -> list:
     elif t is int:
         out = [0, 1, 2, 3, 7, 100000, -1]
     elif t is float:
-        out = [0.0, 1e-9, 0.5, 1.0, 2.0, 1e6, -0.5]
+        out = [0.0, 1e-9, 0.5, 1.0, 2.0, 1e6, -0.5, float("inf"), float("nan")]
     if optional and default is not None:
         out.append(None)
     return [v for v in out if v != default]

@@ -48,8 +48,10 @@ __all__ = [
     "StreamConfig",
     "TREE_DIVERGENCES",
     "TreePOConfig",
+    "check_int",
     "check_knob_fields",
     "check_knobs",
+    "check_number",
     "knob",
     "knob_section",
     "knob_names",
@@ -288,13 +290,14 @@ def _check_choice(obj: Any, where: str, name: str, choices: tuple[str, ...]) -> 
         _fail(where, name, _one_of(choices), getattr(obj, name))
 
 
-def _check_int(obj: Any, where: str, name: str, least: int, why: str = "") -> None:
+def check_int(obj: Any, where: str, name: str, least: int, why: str = "") -> None:
+    """``obj.name`` is an int (not a bool) >= ``least``; else a ValueError naming ``where`` + ``name``."""
     v = getattr(obj, name)
     if not _is_int(v) or v < least:
         _fail(where, name, f"must be {'' if _is_int(v) else 'an int '}>= {least}{why}", v)
 
 
-def _check_number(
+def check_number(
     obj: Any, where: str, name: str, least: float | None = None, strict: bool = False, most: float | None = None
 ) -> None:
     """A finite number (an infinite clip, coefficient or rate is no setting: it turns the step's sums into inf or
@@ -315,12 +318,12 @@ def _check_number(
 
 
 def _loss(o: Any, where: str) -> None:
-    _check_number(o, where, "clip_low", 0)
+    check_number(o, where, "clip_low", 0)
     if o.clip_low >= 1:  # a ratio clipped at 1 - eps_low <= 0 is no clip
         _fail(where, "clip_low", "must be < 1 (the ratio is clipped below at 1 - clip_low)", o.clip_low)
-    _check_number(o, where, "clip_high", 0)
+    check_number(o, where, "clip_high", 0)
     _check_choice(o, where, "loss_agg", LOSS_AGGS)
-    _check_number(o, where, "kl_coef", 0)
+    check_number(o, where, "kl_coef", 0)
     _check_choice(o, where, "kl_estimator", KL_ESTIMATORS)
 
 
@@ -330,27 +333,27 @@ def _advantage(o: Any, where: str) -> None:
 
 def _allocation(o: Any, where: str) -> None:
     _check_choice(o, where, "allocation", allocator_names())  # the registry of xrpo.algo.rounds
-    _check_int(o, where, "n_base", 2, " (the t quantile needs n >= 2)")
-    _check_int(o, where, "plan_rounds", 0)
+    check_int(o, where, "n_base", 2, " (the t quantile needs n >= 2)")
+    check_int(o, where, "plan_rounds", 0)
     check_significance(o.alpha, f"config field {where}alpha")
-    _check_number(o, where, "lam", 0)
+    check_number(o, where, "lam", 0)
     _check_choice(o, where, "alloc_mode", ALLOC_MODES)
     if o.max_extra_per_prompt is not None:
-        _check_int(o, where, "max_extra_per_prompt", 0, " or null")
+        check_int(o, where, "max_extra_per_prompt", 0, " or null")
 
 
 def _icl(o: Any, where: str) -> None:
-    _check_int(o, where, "icl_k", 1)
+    check_int(o, where, "icl_k", 1)
 
 
 def _icl_prompt(o: Any, where: str) -> None:
     _check_choice(o, where, "icl_train_prompt", ICL_TRAIN_PROMPTS)
-    _check_number(o, where, "icl_min_similarity", 0, most=1)  # a cosine similarity
+    check_number(o, where, "icl_min_similarity", 0, most=1)  # a cosine similarity
 
 
 def _stream(o: Any, where: str) -> None:
     _check_choice(o, where, "planner", PLANNERS)
-    _check_number(o, where, "stream_quorum", 0, strict=True)
+    check_number(o, where, "stream_quorum", 0, strict=True)
     if o.stream_quorum > 1:
         _fail(where, "stream_quorum", "must be in (0, 1] (a share of the step's prompts)", o.stream_quorum)
 
@@ -358,36 +361,36 @@ def _stream(o: Any, where: str) -> None:
 def _corpus(o: Any, where: str) -> None:
     if not isinstance(o.embedder, str) or not o.embedder:
         _fail(where, "embedder", "must name an embedder (e.g. 'wordllama')", o.embedder)
-    _check_int(o, where, "corpus_max_per_problem", 1)
+    check_int(o, where, "corpus_max_per_problem", 1)
 
 
 def _sharpen(o: Any, where: str) -> None:
     _check_choice(o, where, "icl_novelty", ICL_NOVELTY)
-    _check_number(o, where, "lam_nov", 0)
-    _check_number(o, where, "kappa_clip", 0)
-    _check_number(o, where, "full_reward")
+    check_number(o, where, "lam_nov", 0)
+    check_number(o, where, "kappa_clip", 0)
+    check_number(o, where, "full_reward")
 
 
 def _batch(o: Any, where: str) -> None:
     _check_choice(o, where, "sampler", SAMPLERS)
-    _check_int(o, where, "max_gen_batches", 1)
+    check_int(o, where, "max_gen_batches", 1)
 
 
 def _treepo(o: Any, where: str) -> None:
-    _check_int(o, where, "tree_segment_len", 0, " (0: derived)")
+    check_int(o, where, "tree_segment_len", 0, " (0: derived)")
     for name in ("tree_max_depth", "tree_branch", "tree_init_branch"):
-        _check_int(o, where, name, 1)
+        check_int(o, where, name, 1)
     _check_choice(o, where, "tree_divergence", TREE_DIVERGENCES)
-    _check_number(o, where, "tree_divergence_temp", 0, strict=True)
+    check_number(o, where, "tree_divergence_temp", 0, strict=True)
 
 
 def _cures(o: Any, where: str) -> None:
-    _check_number(o, where, "cures_prior_alpha", 0, strict=True)
-    _check_number(o, where, "cures_prior_beta", 0, strict=True)
-    _check_number(o, where, "cures_temp_scale", 0, strict=True)
-    _check_number(o, where, "cures_success_threshold")
-    _check_int(o, where, "cures_warmup_rollouts", 0)
-    _check_int(o, where, "cures_min_count", 2, " (a group of one has no reward variance)")
+    check_number(o, where, "cures_prior_alpha", 0, strict=True)
+    check_number(o, where, "cures_prior_beta", 0, strict=True)
+    check_number(o, where, "cures_temp_scale", 0, strict=True)
+    check_number(o, where, "cures_success_threshold")
+    check_int(o, where, "cures_warmup_rollouts", 0)
+    check_int(o, where, "cures_min_count", 2, " (a group of one has no reward variance)")
 
 
 _SECTION_CHECKS = {
@@ -409,6 +412,9 @@ def check_knobs(obj: Any, where: str = "") -> None:
     """Check every section ``obj`` embeds, then the rules across sections; a ValueError names ``where`` + the key."""
     for section, check in _SECTION_CHECKS.items():
         if isinstance(obj, section):
+            for f in fields(section):  # a YAML "false" or a null is not false (verl's blocks: untyped)
+                if f.type in (bool, "bool") and not isinstance(getattr(obj, f.name), bool):
+                    _fail(where, f.name, "must be true or false", getattr(obj, f.name))
             check(obj, where)
     has = lambda *names: all(hasattr(obj, n) for n in names)  # noqa: E731
     if has("tree_advantage", "sharpen") and obj.tree_advantage and obj.sharpen:

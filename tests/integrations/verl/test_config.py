@@ -70,6 +70,15 @@ def test_overrides_reach_the_block_and_bad_values_name_the_key():
         ("algorithm.xrpo.allocation=cures", "cures chooses each step's prompts and their counts itself"),
         ("algorithm.xrpo.icl_novelty=sample", "algorithm.xrpo.icl_novelty must be train"),
         ("algorithm.xrpo.max_extra_per_prompt=-2", "max_extra_per_prompt must be >= 0 or null"),
+        # found by a fuzz of the block (each accepted before, then failed inside the run or meant something else)
+        ("algorithm.xrpo.epsilon=nan", "algorithm.xrpo.epsilon must be a finite number >= 0, got nan"),
+        ("algorithm.xrpo.epsilon=abc", "algorithm.xrpo.epsilon must be a finite number >= 0, got 'abc'"),
+        ("algorithm.xrpo.rollouts_per_step=200.5", "algorithm.xrpo.rollouts_per_step must be an int >= 1 or null"),
+        ("algorithm.xrpo.rollouts_per_step=abc", "algorithm.xrpo.rollouts_per_step must be an int >= 1 or null"),
+        ("algorithm.xrpo.sharpen=null", "algorithm.xrpo.sharpen must be true or false, got None"),
+        ("algorithm.xrpo.icl='false'", "algorithm.xrpo.icl must be true or false, got 'false'"),
+        ("algorithm.xrpo.corpus_init=1", "algorithm.xrpo.corpus_init must be null or the path of a JSONL"),
+        ("algorithm.xrpo._target_=nosuch.Config", "its _target_ is 'nosuch.Config'; expected xrpo.integrations"),
     ]:
         with pytest.raises(ValueError, match="algorithm.xrpo") as e:
             validate_xrpo_config(compose(*CPU_VALID, override))
@@ -95,7 +104,16 @@ def test_verl_and_xrpo_validation_pass_on_cpu():
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (("actor_rollout_ref.rollout.n=2",), "XRPO budget: 32 rollouts per step"),  # 16 x 2 < 16 x n_base (4)
+        # 16 x 2 < 16 x n_base (4)
+        (
+            ("actor_rollout_ref.rollout.n=2",),
+            "XRPO budget: 32 rollouts per step (data.train_batch_size x actor_rollout_ref.rollout.n = 16 x 2)",
+        ),
+        (
+            ("algorithm.xrpo.rollouts_per_step=63",),
+            "XRPO budget: 63 rollouts per step (algorithm.xrpo.rollouts_per_step) for data.train_batch_size=16",
+        ),
+        (("algorithm.xrpo.corpus_init=/no/such/seed.jsonl",), "corpus_init='/no/such/seed.jsonl' is not a file"),
         (("trainer.use_v1=true",), "trainer.use_v1 must be false"),
         (("algorithm.adv_estimator=grpo",), "needs 'xrpo'"),
         # settings RayXRPOTrainer.fit would drop silently: refused, naming the key

@@ -248,6 +248,12 @@ def test_padding_warning_names_the_loss_modes_that_padding_scales(tmp_path, tiny
     assert len(mine) == int(scaled) and all(f"loss_agg_mode={agg}" in m for m in mine)
 
 
+def test_an_embedder_that_does_not_load_is_named_by_its_key(tmp_path, tiny_llama_dir):
+    # not a built-in embedder, and no sentence-transformers model of that name here: the trainer names the key
+    with pytest.raises(ValueError, match=r"config field algorithm\.xrpo\.embedder: embedder '.*no-such-embedder'"):
+        _build(tmp_path, tiny_llama_dir, f"algorithm.xrpo.embedder={tmp_path / 'no-such-embedder'}")
+
+
 def test_xrpo_icl_loop_refuses_a_row_without_its_icl_prompt(tmp_path, tiny_llama_dir):
     trainer, _ = _build(tmp_path, tiny_llama_dir)
     _, gen, _ = _step_inputs(trainer)

@@ -118,7 +118,10 @@ class RayXRPOTrainer(RayPPOTrainer):
         if self.xrpo.icl:
             from xrpo.icl import ICLCorpus, get_embedder
 
-            emb = get_embedder(self.xrpo.embedder)
+            try:
+                emb = get_embedder(self.xrpo.embedder)
+            except ValueError as e:
+                raise ValueError(f"config field algorithm.xrpo.embedder: {e}") from e
             if self.xrpo.corpus_init:
                 self.corpus = ICLCorpus.from_jsonl(
                     self.xrpo.corpus_init, emb, max_per_problem=self.xrpo.corpus_max_per_problem

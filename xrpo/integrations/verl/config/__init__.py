@@ -16,6 +16,7 @@ and trainer embed too, with their names, defaults and checks; the step's rollout
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from verl.base_config import BaseConfig
@@ -26,7 +27,9 @@ from xrpo.algo.config import (
     ICLConfig,
     ICLPromptConfig,
     SharpenConfig,
+    check_int,
     check_knobs,
+    check_number,
     section_values,
 )
 from xrpo.algo.rounds import ALLOCATORS, allocator_names, get_allocator
@@ -42,6 +45,7 @@ __all__ = [
 ]
 
 BATCH_ALIGN = ("pad", "trim")
+_TARGET = "xrpo.integrations.verl.config.XRPOConfig"
 
 
 def verl_allocations() -> tuple[str, ...]:
@@ -88,10 +92,14 @@ class XRPOConfig(BaseConfig, CorpusConfig, SharpenConfig, ICLPromptConfig, ICLCo
                 f"with the old log-probs, under the prompt each row is trained under), got "
                 f"{self.icl_novelty!r}"
             )
-        if self.rollouts_per_step is not None and self.rollouts_per_step < 1:
-            raise ValueError(f"algorithm.xrpo.rollouts_per_step must be >= 1 or null, got {self.rollouts_per_step}")
-        if self.epsilon < 0:
-            raise ValueError(f"algorithm.xrpo.epsilon must be >= 0, got {self.epsilon}")
+        if self.rollouts_per_step is not None:
+            check_int(self, where, "rollouts_per_step", 1, " or null")
+        check_number(self, where, "epsilon", 0)
+        if self.corpus_init is not None and (not isinstance(self.corpus_init, str) or not self.corpus_init):
+            raise ValueError(
+                f"config field {where}corpus_init must be null or the path of a JSONL of seed solutions, got "
+                f"{self.corpus_init!r}"
+            )
         if self.batch_align not in BATCH_ALIGN:
             raise ValueError(f"algorithm.xrpo.batch_align must be one of {BATCH_ALIGN}, got {self.batch_align!r}")
 
@@ -126,7 +134,9 @@ def xrpo_config(algorithm_config: Any) -> XRPOConfig:
         cause = e
         while cause.__cause__ is not None:
             cause = cause.__cause__
-        raise ValueError(f"algorithm.xrpo is invalid: {cause}") from e
+        target = block.get("_target_") if has_target else _TARGET
+        hint = "" if target == _TARGET else f" (its _target_ is {target!r}; expected {_TARGET})"
+        raise ValueError(f"algorithm.xrpo is invalid: {cause}{hint}") from e
     if not isinstance(cfg, XRPOConfig):
         raise ValueError(f"algorithm.xrpo._target_ must build an XRPOConfig, got {type(cfg).__name__}")
     return cfg
@@ -164,10 +174,21 @@ def validate_xrpo_config(config: Any) -> XRPOConfig:
     try:
         plan_phases(prompts, total, xcfg.n_base, xcfg.plan_rounds)
     except ValueError as e:
+        source = (
+            "algorithm.xrpo.rollouts_per_step"
+            if xcfg.rollouts_per_step is not None
+            else f"data.train_batch_size x actor_rollout_ref.rollout.n = {prompts} x "
+            f"{config.actor_rollout_ref.rollout.n}"
+        )
         raise ValueError(
-            f"XRPO budget: {total} rollouts per step for data.train_batch_size={prompts} prompts does not fit "
-            f"algorithm.xrpo.n_base={xcfg.n_base} and plan_rounds={xcfg.plan_rounds}: {e}"
+            f"XRPO budget: {total} rollouts per step ({source}) for data.train_batch_size={prompts} prompts does "
+            f"not fit algorithm.xrpo.n_base={xcfg.n_base} and algorithm.xrpo.plan_rounds={xcfg.plan_rounds}: {e}"
         ) from None
+    if xcfg.icl and xcfg.corpus_init is not None and not Path(xcfg.corpus_init).is_file():
+        raise ValueError(
+            f"algorithm.xrpo.corpus_init={xcfg.corpus_init!r} is not a file (a JSONL of seed solutions, which "
+            "RayXRPOTrainer reads when it starts): give an existing file or null"
+        )
     cap = cap_error(xcfg, prompts, total, icl=xcfg.icl)
     if cap is not None:
         raise ValueError(f"algorithm.xrpo.max_extra_per_prompt={xcfg.max_extra_per_prompt} {cap}")
