@@ -79,6 +79,7 @@ def test_overrides_reach_the_block_and_bad_values_name_the_key():
         ("algorithm.xrpo.icl='false'", "algorithm.xrpo.icl must be true or false, got 'false'"),
         ("algorithm.xrpo.corpus_init=1", "algorithm.xrpo.corpus_init must be null or the path of a JSONL"),
         ("algorithm.xrpo._target_=nosuch.Config", "its _target_ is 'nosuch.Config'; expected xrpo.integrations"),
+        ("algorithm.xrpo._target_=null", "its _target_ is None; expected xrpo.integrations.verl.config.XRPOConfig"),
     ]:
         with pytest.raises(ValueError, match="algorithm.xrpo") as e:
             validate_xrpo_config(compose(*CPU_VALID, override))

@@ -134,7 +134,7 @@ def xrpo_config(algorithm_config: Any) -> XRPOConfig:
         cause = e
         while cause.__cause__ is not None:
             cause = cause.__cause__
-        target = block.get("_target_") if has_target else _TARGET
+        target = block.get("_target_", _TARGET)  # (a null _target_ is not "in" an OmegaConf block)
         hint = "" if target == _TARGET else f" (its _target_ is {target!r}; expected {_TARGET})"
         raise ValueError(f"algorithm.xrpo is invalid: {cause}{hint}") from e
     if not isinstance(cfg, XRPOConfig):
