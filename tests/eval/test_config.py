@@ -38,8 +38,30 @@ def test_resolved_n():
         (dict(dtype="float16"), "--dtype must be float32 or bfloat16, got 'float16'"),
         (dict(icl_style="xml"), "--icl-style must be paper or fewshot, got 'xml'"),
         (dict(data=[]), "no datasets given"),
+        # found by a fuzz of xrpo eval's options: each was accepted, then failed after the model loaded (or deep in
+        # the run with a TypeError)
+        (dict(stop=["\n", ""]), r"--stop: every stop string must be non-empty, got \['\\n', ''\]"),
+        (dict(seed=-1), r"--seed must be in \[0, 2\*\*32\) \(numpy's and torch's seeds\), got -1"),
+        (dict(seed=2**32), r"--seed must be in \[0, 2\*\*32\)"),
+        # a Python caller's values, which the command line would have converted or refused
+        (dict(n=2.5), r"--n expects int or null, got 2.5"),
+        (dict(n=True), r"--n expects int or null, got True"),
+        (dict(k=2), r"--k expects list\[int\] or null, got 2"),
+        (dict(k=[1.5]), r"--k expects list\[int\] or null, got \[1.5\]"),
+        (dict(seed=None), "--seed expects int, got None"),
+        (dict(limit=2.0), "--limit expects int or null, got 2.0"),
+        (dict(icl_k=None), "--icl-k expects int, got None"),
+        (dict(threads=1.5), "--threads expects int or null, got 1.5"),
+        (dict(greedy="false"), "--greedy expects true/false, got 'false'"),
+        (dict(temperature="1"), "--temperature expects float, got '1'"),
+        (dict(data="default"), r"--data expects list\[str\], got 'default'"),
     ],
 )
 def test_validate_names_the_option(kw, message):
     with pytest.raises(ValueError, match=message):
         EvalConfig(**kw).validate()
+
+
+def test_every_default_and_a_float_given_as_an_int_pass_the_type_check():
+    EvalConfig().validate()
+    EvalConfig(temperature=1, top_p=1, vllm_kv_cache_gib=2, n=4, k=[1, 2, 4], stop=["\n\n"]).validate()

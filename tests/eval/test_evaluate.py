@@ -324,6 +324,39 @@ def test_run_and_checkpoint_directories(eval_env, tiny_run, tmp_path):
         evaluate(EvalConfig(model=str(empty), output=str(tmp_path / "x")), log=quiet)
 
 
+def test_a_completion_budget_the_context_cannot_hold_is_refused(eval_env, tmp_path):
+    # the tiny model's context is 256 tokens: 256 new tokens leave no room for a prompt, and every problem would be
+    # skipped as too long and counted unsolved (pass@k 0 without an error)
+    with pytest.raises(ValueError, match=r"--max-new-tokens 256 leaves no room for a prompt in the model's context "):
+        evaluate(
+            EvalConfig(
+                model=str(eval_env["model"]),
+                data=[str(eval_env["data"])],
+                n=1,
+                max_new_tokens=256,
+                output=str(tmp_path / "r"),
+                verifier=eval_env["verifier"],
+            ),
+            log=quiet,
+        )
+    assert not list((tmp_path / "r").glob("*.jsonl"))  # refused before sampling
+    # vLLM's context set below the completion budget: refused before vLLM starts
+    with pytest.raises(ValueError, match="--vllm-max-model-len 8 leaves no room for a prompt with --max-new-tokens 8"):
+        evaluate(
+            EvalConfig(
+                model=str(eval_env["model"]),
+                data=[str(eval_env["data"])],
+                n=1,
+                max_new_tokens=8,
+                engine="vllm",
+                vllm_max_model_len=8,
+                output=str(tmp_path / "v"),
+                verifier=eval_env["verifier"],
+            ),
+            log=quiet,
+        )
+
+
 def test_data_specs(eval_env, tmp_path):
     upper = tmp_path / "upper.jsonl"
     upper.write_text(

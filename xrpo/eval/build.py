@@ -32,6 +32,11 @@ def build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
             raise FileNotFoundError(f"model {rm.spec}: no tokenizer could be loaded from {model_dir}: {e}") from None
         kv_cache = cfg.vllm_kv_cache_gib if cfg.vllm_kv_cache_gib is not None else run.vllm_kv_cache_gib
         max_len = cfg.vllm_max_model_len if cfg.vllm_max_model_len is not None else run.vllm_max_model_len
+        if max_len is not None and max_len <= settings["max_new_tokens"]:
+            raise ValueError(
+                f"--vllm-max-model-len {max_len} leaves no room for a prompt with --max-new-tokens "
+                f"{settings['max_new_tokens']}: it must exceed it"
+            )
         engine = build_engine(
             "vllm",
             tokenizer,
@@ -60,6 +65,11 @@ def build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
         fewshot_position=run.icl_fewshot_position,
     )
     context = context_length(engine)
+    if context is not None and settings["max_new_tokens"] >= context:  # else every problem would be skipped, unsolved
+        raise ValueError(
+            f"--max-new-tokens {settings['max_new_tokens']} leaves no room for a prompt in the model's context of "
+            f"{context} tokens (prompt + completion): give at most {context - 1}"
+        )
     if context is not None and renderer.max_prompt_tokens:
         # an ICL prompt must leave room for the completion in the model's context
         renderer.max_prompt_tokens = max(1, min(renderer.max_prompt_tokens, context - settings["max_new_tokens"]))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from xrpo.rollout.build import ENGINES
 from xrpo.rollout.engine import check_temperature, check_top_p
 from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
+from xrpo.trainer.fields import check_field_types
 
 __all__ = ["EvalConfig", "default_chunk_size", "default_ks"]
 
@@ -104,6 +105,7 @@ class EvalConfig:
         return 1 if self.greedy else (32 if self.n is None else self.n)
 
     def validate(self) -> EvalConfig:
+        check_field_types(self, lambda name: f"--{name.replace('_', '-')}")  # a Python caller's EvalConfig(n=2.5)
         n = self.resolved_n()
         if self.greedy and self.n not in (None, 1):
             raise ValueError(f"--greedy draws one sample per problem; got --n {self.n}")
@@ -120,6 +122,10 @@ class EvalConfig:
                 self.temperature, "--temperature", greedy=False, why=" (use --greedy for greedy decoding)"
             )
         check_top_p(self.top_p, "--top-p")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"--seed must be in [0, 2**32) (numpy's and torch's seeds), got {self.seed}")
+        if self.stop is not None and not all(self.stop):
+            raise ValueError(f"--stop: every stop string must be non-empty, got {self.stop!r}")
         for name in (
             "max_new_tokens",
             "limit",

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-__all__ = ["coerce", "field_docs", "strip_optional", "type_name"]
+__all__ = ["check_field_types", "coerce", "field_docs", "strip_optional", "type_name"]
 
 
 def field_docs(cls) -> dict[str, str]:
@@ -89,3 +89,28 @@ def coerce(value: Any, name: str, ftype: Any) -> Any:
         raise ValueError(
             f"config field {name} expects {type_name(ftype)}, got {type(value).__name__} {value!r} ({why})"
         ) from None
+
+
+def _is_a(value: Any, tp: Any) -> bool:
+    base, optional = strip_optional(tp)
+    if value is None:
+        return optional
+    if typing.get_origin(base) is list:
+        (item,) = typing.get_args(base) or (Any,)
+        return isinstance(value, list) and all(_is_a(v, item) for v in value)
+    if base is float:  # an int is a float's value too; a bool is neither
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return base is Any or isinstance(value, base)
+
+
+def check_field_types(obj: Any, name_of=lambda field: field) -> None:
+    """Each field of the dataclass ``obj`` holds its declared type (``int``, ``float``, ``bool``, ``str``,
+    ``list[...]``, ``... | None``; an int for a float): what a Python caller may pass where the command line would
+    have converted. Raises ValueError naming the field as ``name_of(field)`` and the type expected."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if not _is_a(value, hints[f.name]):
+            raise ValueError(f"{name_of(f.name)} expects {type_name(hints[f.name])}, got {value!r}")
