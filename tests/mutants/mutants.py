@@ -504,6 +504,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "a cap that holds every planning round refused because it cannot hold the whole step's budget",
     ),
     Mutant(
+        "knob-check-lets-inf-through",
+        "xrpo/algo/config.py",
+        "    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)\n",
+        "    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)\n",
+        ("tests/algo/test_config.py",),
+        "an infinite knob (lam, lam_nov, kappa_clip, kl_coef ...) accepted, to fail or turn into NaN inside the step",
+    ),
+    Mutant(
+        "bool-knob-not-type-checked",
+        "xrpo/algo/config.py",
+        '                if f.type in (bool, "bool") and not isinstance(getattr(obj, f.name), bool):',
+        "                if False:",
+        ("tests/integrations/verl/test_config.py::test_overrides_reach_the_block_and_bad_values_name_the_key",),
+        "verl's untyped block takes sharpen=null or icl='false' as a switch and runs with the opposite setting",
+    ),
+    Mutant(
         "logprob-position-off-by-one",
         "xrpo/trainer/logprobs.py",
         "start = torch.tensor([len(p) - 1 for p in prompts])",
