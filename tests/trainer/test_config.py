@@ -193,6 +193,10 @@ def test_round_trip():
         ("time_limit=0", "config field time_limit must be a number of seconds > 0 or null, got 0"),
         ("rollout.vllm_kv_cache_gib=inf", "rollout.vllm_kv_cache_gib must be a finite number of GiB > 0 or null"),
         ("method.kappa_clip=inf", "config field method.kappa_clip must be a finite number >= 0, got inf"),
+        (
+            "rollout.engine=vllm & rollout.temperature=2.5",
+            "config field rollout.temperature must be <= 2 with the vllm engine",
+        ),
         ("rollout.max_batch_size=0", "config field rollout.max_batch_size must be >= 1, got 0"),
         (
             "method.plan_rounds=0",

@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 
 from xrpo.rollout.build import ENGINES
 from xrpo.rollout.engine import check_temperature, check_top_p
-from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
+from xrpo.rollout.vllm_support import (
+    check_gpu_memory_utilization,
+    check_kv_cache_gib,
+    check_max_model_len,
+    check_vllm_temperature,
+)
 from xrpo.trainer.fields import check_field_types
 
 __all__ = ["EvalConfig", "default_chunk_size", "default_ks"]
@@ -143,6 +148,8 @@ class EvalConfig:
             raise ValueError(f"--icl-k must be >= 1, got {self.icl_k}")
         if self.engine not in ENGINES:
             raise ValueError(f"--engine must be {' or '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine == "vllm" and not self.greedy:
+            check_vllm_temperature(self.temperature, "--temperature")
         # the ranges of vLLM's options: one checker each, shared with the trainer's config and VLLMEngine
         check_kv_cache_gib(self.vllm_kv_cache_gib, "--vllm-kv-cache-gib")
         if self.vllm_gpu_memory_utilization is not None:  # None: the default, 0.9

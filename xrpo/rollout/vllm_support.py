@@ -20,6 +20,7 @@ __all__ = [
     "check_image_utils",
     "check_kv_cache_gib",
     "check_max_model_len",
+    "check_vllm_temperature",
     "import_vllm",
     "parse_version",
     "vllm_support",
@@ -138,6 +139,13 @@ def check_kv_cache_gib(value, name: str = "kv_cache_gib") -> None:
         isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf
     ):
         raise ValueError(f"{name} must be a finite number of GiB > 0 or null, got {value!r}")
+
+
+def check_vllm_temperature(value, name: str = "temperature") -> None:
+    """vLLM samples at temperatures up to 2 (its ``SamplingParams`` refuses more, once the engine has started); the
+    rest of the range is `xrpo.rollout.engine.check_temperature`'s."""
+    if isinstance(value, (int, float)) and value > 2:
+        raise ValueError(f"{name} must be <= 2 with the vllm engine (vLLM's sampling limit), got {value!r}")
 
 
 def check_max_model_len(value, name: str = "max_model_len") -> None:

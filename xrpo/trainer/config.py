@@ -34,7 +34,12 @@ from xrpo.algo.config import (
 from xrpo.algo.rounds import cap_error, plans_rounds
 from xrpo.rollout.engine import check_temperature, check_top_p
 from xrpo.rollout.prompts import FEWSHOT_POSITIONS
-from xrpo.rollout.vllm_support import check_gpu_memory_utilization, check_kv_cache_gib, check_max_model_len
+from xrpo.rollout.vllm_support import (
+    check_gpu_memory_utilization,
+    check_kv_cache_gib,
+    check_max_model_len,
+    check_vllm_temperature,
+)
 
 
 @dataclass
@@ -407,6 +412,8 @@ class TrainConfig:
         _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
         _check(r.max_batch_size >= 1, "rollout.max_batch_size", "must be >= 1", r.max_batch_size)
         _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)
+        if r.engine == "vllm":
+            check_vllm_temperature(r.temperature, "config field rollout.temperature")
         if r.planner == "streaming":
             _check(
                 r.engine == "vllm",
