@@ -423,7 +423,7 @@ def test_bad_config_and_engine(tiny_tokenizer, tiny_model, renderer, verifier):
         (dict(tree_branch=0), "tree_branch must be >= 1"),
         (dict(tree_segment_len=-1), "tree_segment_len must be >= 0"),
         (dict(tree_divergence="wide"), "tree_divergence must be one of"),
-        (dict(tree_divergence_temp=0.0), "tree_divergence_temp must be > 0"),
+        (dict(tree_divergence_temp=0.0), "tree_divergence_temp must be a finite number > 0"),
         (dict(tree_max_depth=2.0), "tree_max_depth must be an int >= 1"),
         (dict(rollouts_per_step=0), "rollouts_per_step must be an integer >= 1"),
     ]:

@@ -113,7 +113,7 @@ def test_treepo_with_dynamic_sampling_merges_tree_metrics(trainer_env, tmp_path)
         ("method.tree_divergence=random", "method.tree_divergence must be one of uniform, low_logprob or high_logprob"),
         ("method.tree_branch=0", "method.tree_branch must be >= 1"),
         ("method.tree_segment_len=-2", "method.tree_segment_len must be >= 0"),
-        ("method.tree_divergence_temp=0", "method.tree_divergence_temp must be > 0"),
+        ("method.tree_divergence_temp=0", "method.tree_divergence_temp must be a finite number > 0"),
         ("method.sampler=beam", "method.sampler must be one of independent or tree"),
     ],
 )
