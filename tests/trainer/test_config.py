@@ -188,9 +188,9 @@ def test_round_trip():
         ("optim.lr=inf", "config field optim.lr must be a finite number > 0, got inf"),
         ("optim.weight_decay=nan", "config field optim.weight_decay must be a finite number >= 0, got nan"),
         ("model.lora_alpha=inf", "config field model.lora_alpha must be a finite number > 0, got inf"),
-        ("time_limit=nan", "config field time_limit must be a number of seconds > 0 or null, got nan"),
-        ("time_limit=-inf", "config field time_limit must be a number of seconds > 0 or null, got -inf"),
-        ("time_limit=0", "config field time_limit must be a number of seconds > 0 or null, got 0"),
+        ("time_limit=nan", "config field time_limit must be a finite number > 0 \\(seconds\\) or null, got nan"),
+        ("time_limit=-inf", "config field time_limit must be a finite number > 0 \\(seconds\\) or null, got -inf"),
+        ("time_limit=0", "config field time_limit must be a finite number > 0 \\(seconds\\) or null, got 0"),
         ("rollout.vllm_kv_cache_gib=inf", "rollout.vllm_kv_cache_gib must be a finite number of GiB > 0 or null"),
         ("method.kappa_clip=inf", "config field method.kappa_clip must be a finite number >= 0, got inf"),
         (

@@ -298,10 +298,16 @@ def check_int(obj: Any, where: str, name: str, least: int, why: str = "") -> Non
 
 
 def check_number(
-    obj: Any, where: str, name: str, least: float | None = None, strict: bool = False, most: float | None = None
+    obj: Any,
+    where: str,
+    name: str,
+    least: float | None = None,
+    strict: bool = False,
+    most: float | None = None,
+    why: str = "",
 ) -> None:
     """A finite number (an infinite clip, coefficient or rate is no setting: it turns the step's sums into inf or
-    NaN) in [least, most] (``strict``: > least)."""
+    NaN) in [least, most] (``strict``: > least); ``why`` is appended to the error."""
     v = getattr(obj, name)
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     if ok and least is not None:
@@ -314,7 +320,7 @@ def check_number(
             what += f" {'>' if strict else '>='} {least:g}"
         if most is not None:
             what += f"{' and' if least is not None else ''} <= {most:g}"
-        _fail(where, name, f"must be {what}", v)
+        _fail(where, name, f"must be {what}{why}", v)
 
 
 def _loss(o: Any, where: str) -> None:

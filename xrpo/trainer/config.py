@@ -12,7 +12,6 @@ the ICL prompt knobs) inherit them, so a knob keeps its flat key (``method.lam_n
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +29,7 @@ from xrpo.algo.config import (
     StreamConfig,
     TreePOConfig,
     check_knobs,
+    check_number,
 )
 from xrpo.algo.rounds import cap_error, plans_rounds
 from xrpo.rollout.engine import check_temperature, check_top_p
@@ -319,12 +319,7 @@ class TrainConfig:
             "must be an int >= 0 (0: full fine-tuning)",
             mc.lora_rank,
         )
-        _check(
-            _finite(mc.lora_alpha) and mc.lora_alpha > 0,
-            "model.lora_alpha",
-            "must be a finite number > 0",
-            mc.lora_alpha,
-        )
+        check_number(mc, "model.", "lora_alpha", 0, strict=True)
         _check(
             mc.lora_dropout == 0,
             "model.lora_dropout",
@@ -353,12 +348,8 @@ class TrainConfig:
         """Cross-field checks; raises ValueError naming the field."""
         m, r, o = self.method, self.rollout, self.optim
         _check(self.steps >= 1, "steps", "must be >= 1", self.steps)
-        _check(
-            self.time_limit is None or (_finite(self.time_limit) and self.time_limit > 0),
-            "time_limit",
-            "must be a number of seconds > 0 or null",
-            self.time_limit,
-        )
+        if self.time_limit is not None:
+            check_number(self, "", "time_limit", 0, strict=True, why=" (seconds) or null")
         _check(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32) (numpy's and torch's seeds)", self.seed)
         _check(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1", r.prompts_per_step)
         check_knobs(m, "method.")
@@ -464,20 +455,10 @@ class TrainConfig:
                 "must contain {prompt}",
                 self.data.prompt_template,
             )
-        _check(_finite(o.lr) and o.lr > 0, "optim.lr", "must be a finite number > 0", o.lr)
-        _check(
-            _finite(o.weight_decay) and o.weight_decay >= 0,
-            "optim.weight_decay",
-            "must be a finite number >= 0",
-            o.weight_decay,
-        )
+        check_number(o, "optim.", "lr", 0, strict=True)
+        check_number(o, "optim.", "weight_decay", 0)
         _check(o.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0", o.warmup_steps)
-        _check(
-            _finite(o.grad_clip) and o.grad_clip >= 0,
-            "optim.grad_clip",
-            "must be a finite number >= 0 (0: no clip)",
-            o.grad_clip,
-        )
+        check_number(o, "optim.", "grad_clip", 0, why=" (0: no clip)")
         _check(o.schedule in ("constant", "cosine"), "optim.schedule", "must be constant or cosine", o.schedule)
         _check(
             o.old_logprobs in ("auto", "recompute", "reuse"),
@@ -519,11 +500,6 @@ class TrainConfig:
             o.logprob_chunk_tokens,
         )
         return self
-
-
-def _finite(x: Any) -> bool:
-    """A real number, not inf or NaN (``x > 0`` alone lets inf through and NaN fail with the wrong message)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _check(ok: bool, name: str, what: str, value: Any) -> None:
