@@ -41,8 +41,8 @@ def test_resolved_n():
         # found by a fuzz of xrpo eval's options: each was accepted, then failed after the model loaded (or deep in
         # the run with a TypeError)
         (dict(stop=["\n", ""]), r"--stop: every stop string must be non-empty, got \['\\n', ''\]"),
-        (dict(seed=-1), r"--seed must be in \[0, 2\*\*32\) \(numpy's and torch's seeds\), got -1"),
-        (dict(seed=2**32), r"--seed must be in \[0, 2\*\*32\)"),
+        (dict(seed=-1), r"--seed must be an int in \[0, 2\*\*32\) \(numpy's and torch's seeds\), got -1"),
+        (dict(seed=2**32), r"--seed must be an int in \[0, 2\*\*32\)"),
         (dict(engine="vllm", temperature=2.5), r"--temperature must be <= 2 with the vllm engine \(vLLM's sampling"),
         # a Python caller's values, which the command line would have converted or refused
         (dict(n=2.5), r"--n expects int or null, got 2.5"),

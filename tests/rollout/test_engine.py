@@ -9,6 +9,7 @@ from xrpo.rollout.engine import (
     Rollout,
     RolloutEngine,
     SamplingParams,
+    check_seed,
     cut_at_stop,
     encode_prompts,
     find_stop,
@@ -54,6 +55,20 @@ def test_sampling_params_bad_values(kwargs, match):
 
 
 # ---- Rollout -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2**32 - 1, np.int64(7)])
+def test_check_seed_accepts_numpy_and_torch_range(seed):
+    check_seed(seed)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**40, 1.0, True, None, "3"])
+def test_check_seed_refuses_what_numpy_or_torch_cannot_take(seed):
+    # np.random.seed refuses -1 and 2**32 ("Seed must be between 0 and 2**32 - 1"); a float, bool or None is a typo
+    with pytest.raises(
+        ValueError, match=r"^--seed must be an int in \[0, 2\*\*32\) \(numpy's and torch's seeds\), got "
+    ):
+        check_seed(seed, "--seed")
+
+
 def test_rollout_fields_and_checks():
     r = Rollout(prompt_ids=[5, 6], completion_ids=[7, 1], logprobs=[-0.5, -0.25], finish_reason="eos", text="x")
     assert r.num_tokens == 2 and r.metadata == {}

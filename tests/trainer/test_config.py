@@ -180,7 +180,7 @@ def test_round_trip():
         ("data.n_train=0", "config field data.n_train must be >= 1, got 0"),
         ("data.n_heldout=-1", "config field data.n_heldout must be >= 1, got -1"),
         ("data.max_prompt_tokens=0", "config field data.max_prompt_tokens must be >= 1, got 0"),
-        ("seed=-1", r"config field seed must be in \[0, 2\*\*32\)"),
+        ("seed=-1", r"config field seed must be an int in \[0, 2\*\*32\)"),
         ("optim.weight_decay=-0.5", "config field optim.weight_decay must be a finite number >= 0, got -0.5"),
         ("optim.warmup_steps=-1", "config field optim.warmup_steps must be >= 0, got -1"),
         ("optim.grad_clip=-0.5", r"config field optim.grad_clip must be a finite number >= 0 \(0: no clip\), got -0.5"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xrpo.rollout.build import ENGINES
-from xrpo.rollout.engine import check_temperature, check_top_p
+from xrpo.rollout.engine import check_seed, check_temperature, check_top_p
 from xrpo.rollout.vllm_support import (
     check_gpu_memory_utilization,
     check_kv_cache_gib,
@@ -127,8 +127,7 @@ class EvalConfig:
                 self.temperature, "--temperature", greedy=False, why=" (use --greedy for greedy decoding)"
             )
         check_top_p(self.top_p, "--top-p")
-        if not 0 <= self.seed < 2**32:
-            raise ValueError(f"--seed must be in [0, 2**32) (numpy's and torch's seeds), got {self.seed}")
+        check_seed(self.seed, "--seed")
         if self.stop is not None and not all(self.stop):
             raise ValueError(f"--stop: every stop string must be non-empty, got {self.stop!r}")
         for name in (

@@ -80,6 +80,14 @@ def check_temperature(value, name: str = "temperature", *, greedy: bool = True, 
         raise ValueError(f"{name} must be a finite number {low}{why}, got {value!r}")
 
 
+def check_seed(value, name: str = "seed") -> None:
+    """A run's base seed: an int in [0, 2**32), the range numpy's and torch's generators take (every seed a run
+    derives from it, e.g. base seed + step, is reduced into that range by its user). Shared by `xrpo train`'s
+    ``seed`` and ``xrpo eval --seed``."""
+    if not _is_int(value) or not 0 <= value < 2**32:
+        raise ValueError(f"{name} must be an int in [0, 2**32) (numpy's and torch's seeds), got {value!r}")
+
+
 def check_top_p(value, name: str = "top_p") -> None:
     """Nucleus sampling's probability mass: a number in (0, 1] (1 disables it)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:

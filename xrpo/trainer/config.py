@@ -32,7 +32,7 @@ from xrpo.algo.config import (
     check_number,
 )
 from xrpo.algo.rounds import cap_error, plans_rounds
-from xrpo.rollout.engine import check_temperature, check_top_p
+from xrpo.rollout.engine import check_seed, check_temperature, check_top_p
 from xrpo.rollout.prompts import FEWSHOT_POSITIONS
 from xrpo.rollout.vllm_support import (
     check_gpu_memory_utilization,
@@ -350,7 +350,7 @@ class TrainConfig:
         _check(self.steps >= 1, "steps", "must be >= 1", self.steps)
         if self.time_limit is not None:
             check_number(self, "", "time_limit", 0, strict=True, why=" (seconds) or null")
-        _check(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32) (numpy's and torch's seeds)", self.seed)
+        check_seed(self.seed, "config field seed")
         _check(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1", r.prompts_per_step)
         check_knobs(m, "method.")
         check_knobs(r, "rollout.")
