@@ -81,7 +81,7 @@ def test_sweep_writes_its_table(tmp_path, capsys):
         (["--methods", "uniform,grpo"], "methods: unknown method 'grpo'"),
         (["--dist", "0.5*0 + 0.6*1"], "dist: weights must sum to 1"),
         (["--rounds-file", "no/such/run"], "rounds_file: no/such/run does not exist"),
-        (["--rollouts", "10"], "rollouts must be >= n_base * prompts"),
+        (["--rollouts", "10"], "rollouts must be >= 64 (n_base * prompts = 4 * 16)"),
         (["--sweep", "steps=1,2"], "sweep: cannot sweep 'steps'"),
     ],
 )

@@ -189,14 +189,19 @@ def test_rounds_file_rates_raw_or_fitted(tmp_path):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"rollouts": 40}, "rollouts must be >= n_base \\* prompts = 4 \\* 16 = 64, got 40"),
+        ({"rollouts": 40}, "config field rollouts must be >= 64 \\(n_base \\* prompts = 4 \\* 16\\), got 40"),
+        # the knob checker's rules (xrpo.algo.config.check_int / check_number), as train and verl have them
+        ({"prompts": True}, "config field prompts must be an int >= 1, got True"),
+        ({"steps": 2.0}, "config field steps must be an int >= 2 \\(an interval needs two steps\\), got 2.0"),
+        ({"t0": float("inf")}, "config field t0 must be a finite number > 0, got inf"),
+        ({"icl_mult": float("nan")}, "config field icl_mult must be a finite number >= 0, got nan"),
         ({"n_base": 1}, "n_base must be >= 2"),
         ({"rounds": 0}, "rounds=0 cannot split rollouts=128: rounds=0 leaves 64 of total_budget=128 unallocated"),
         ({"methods": ["uniform", "grpo"]}, "methods: unknown method 'grpo'; valid: cures, dapo, hrp"),
         ({"methods": ["hrp", "hrp"]}, "lists a method twice"),
         ({"steps": 1}, "steps must be >= 2"),
         ({"alpha": 1.0}, "alpha: config field alpha=1.0: .* must lie in \\(0, 0.5\\)"),
-        ({"icl_add": 2.0}, "icl_add must be in \\[-1, 1\\]"),
+        ({"icl_add": 2.0}, "icl_add must be a finite number >= -1 and <= 1, got 2.0"),
         ({"dist": "beta(1,1)", "rounds_file": "x"}, "give dist or rounds_file, not both"),
         ({"rounds_steps": "1:2"}, "rounds_steps selects steps of rounds_file, which is not given"),
         ({"concurrency": [8, 0]}, "concurrency must be a non-empty list of integers >= 1"),
@@ -288,7 +293,10 @@ def test_sweep_and_plots(tmp_path):
     assert [r["config"]["lam"] for r in sw["runs"]] == [0.0, 1.0]
     table = sweep_table(sw)
     assert table.count("\n") == 4 and "| 0.0 | " in table and "hrp × uniform: rollouts / groups" in table
-    with pytest.raises(ValueError, match="sweep n_base=40: rollouts must be >= n_base"):
+    with pytest.raises(
+        ValueError,
+        match=r"sweep n_base=40: config field rollouts must be >= 640 \(n_base \* prompts = 40 \* 16\), got 128",
+    ):
         sweep(cfg, "n_base", [2, 40])
     res = simulate(cfg)
     for path in (

@@ -23,7 +23,6 @@ depend on which other methods run, and the methods of one step are paired on the
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -32,7 +31,15 @@ from typing import Any
 import numpy as np
 
 from xrpo.algo.allocation import plan_phases
-from xrpo.algo.config import AllocationConfig, BatchConfig, CuresConfig, check_knob_fields, knob
+from xrpo.algo.config import (
+    AllocationConfig,
+    BatchConfig,
+    CuresConfig,
+    check_int,
+    check_knob_fields,
+    check_number,
+    knob,
+)
 from xrpo.algo.presets import preset_changes
 from xrpo.algo.rounds import cap_error
 from xrpo.algo.signal import nonzero_variance_prob
@@ -153,24 +160,20 @@ class SimConfig:
                 raise ValueError(f"{name} must be {what}, got {getattr(self, name)!r}")
 
         check_knob_fields(self)
-        for name in ("prompts", "rollouts", "steps", "seed", "last_visit"):
-            v = getattr(self, name)
-            need(isinstance(v, int) and not isinstance(v, bool), name, "an integer")
-        need(self.prompts >= 1, "prompts", ">= 1")
-        need(self.seed >= 0, "seed", ">= 0 (numpy's seeds)")
-        need(self.steps >= 2, "steps", ">= 2 (an interval needs two steps)")
-        need(
-            self.rollouts >= self.n_base * self.prompts,
-            "rollouts",
-            f">= n_base * prompts = {self.n_base} * {self.prompts} = {self.n_base * self.prompts}",
+        # the knob checker's rules (xrpo.algo.config): ints that are not bools, finite numbers
+        check_int(self, "", "prompts", 1)
+        check_int(
+            self, "", "rollouts", self.n_base * self.prompts, f" (n_base * prompts = {self.n_base} * {self.prompts})"
         )
+        check_int(self, "", "steps", 2, " (an interval needs two steps)")
+        check_int(self, "", "seed", 0, " (numpy's seeds)")
+        check_int(self, "", "last_visit", 0)
         try:  # the planner's own rule for splitting the step
             plan_phases(self.prompts, self.rollouts, self.n_base, self.rounds)
         except ValueError as e:
             raise ValueError(f"rounds={self.rounds} cannot split rollouts={self.rollouts}: {e}") from None
-        need(math.isfinite(self.icl_mult) and self.icl_mult >= 0, "icl_mult", "a number >= 0")
-        need(math.isfinite(self.icl_add) and -1 <= self.icl_add <= 1, "icl_add", "in [-1, 1]")
-        need(self.last_visit >= 0, "last_visit", ">= 0")
+        check_number(self, "", "icl_mult", 0)
+        check_number(self, "", "icl_add", -1, most=1)
         need(
             self.rollouts >= self.cures_min_count * self.prompts or "cures" not in self.methods,
             "rollouts",
@@ -205,8 +208,8 @@ class SimConfig:
             "concurrency",
             "a non-empty list of integers >= 1",
         )
-        need(math.isfinite(self.t0) and self.t0 > 0, "t0", "a number > 0")
-        need(math.isfinite(self.dt) and self.dt >= 0, "dt", "a number >= 0")
+        check_number(self, "", "t0", 0, strict=True)
+        check_number(self, "", "dt", 0)
         if not isinstance(self.methods, list) or not self.methods:
             raise ValueError(
                 f"methods must be a non-empty list of names from {sorted(SIM_METHODS)}, got {self.methods!r}"
