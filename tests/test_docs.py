@@ -1,6 +1,7 @@
-"""The docs name code and tests that exist: every `xrpo.<module>...` name in docs/*.md, README.md and CONTRIBUTING.md
-resolves in the source tree, and every test docs/paper_map.md cites (`tests/x.py::test_y`, or `::test_y` for the
-file named last before it in the same section) is defined there.
+"""The docs name code, files and tests that exist: every `xrpo.<module>...` name in docs/*.md, README.md and
+CONTRIBUTING.md resolves in the source tree, every repository path they name exists, and every test
+docs/paper_map.md cites (`tests/x.py::test_y`, or `::test_y` for the file named last before it in the same section)
+is defined there.
 
 Resolved statically (the source's syntax tree: no module is imported, so names in the optional verl and vLLM
 integrations are checked without those extras)."""
@@ -94,6 +95,21 @@ def test_code_names_in_the_docs_exist(doc):
     assert not missing, f"{doc.relative_to(ROOT)} names code that does not exist: {missing}"
 
 
+def doc_paths(text: str) -> list[str]:
+    """Paths of the repository in backticks (`benchmarks/bench_step.py`, `configs/x.yaml`, `tests/a.py::test_b`);
+    patterns (``*``, ``<run>``) are not checked."""
+    found = re.findall(
+        r"`((?:xrpo|tests|benchmarks|scripts|configs|examples|study|docs|\.ci)/[\w./-]+?)(?:::[^`]*)?`", text
+    )
+    return [p.rstrip("/") for p in found if "*" not in p and "<" not in p]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_paths_in_the_docs_exist(doc):
+    missing = sorted({p for p in doc_paths(doc.read_text(encoding="utf-8")) if not (ROOT / p).exists()})
+    assert not missing, f"{doc.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
 def _test_functions(path: Path) -> set[str]:
     return {n.name for n in ast.walk(_tree(path)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
@@ -140,5 +156,9 @@ def test_the_checks_catch_what_they_are_for():
     assert not resolves("xrpo.algo.group_advantages")  # the name docs/verl.md had (it is xrpo.algo.advantages')
     assert not resolves("xrpo.algo.config.ICLPromptConfig.no_such_field")
     assert doc_names("`xrpo.flips`, `xrpo.algo.passk.pass_at_k`, `xrpo.a.check_*`") == ["xrpo.algo.passk.pass_at_k"]
+    assert doc_paths("`configs/a.yaml`, `tests/b.py::test_c`, `runs/<id>/`, `docs/*.md`") == [
+        "configs/a.yaml",
+        "tests/b.py",
+    ]
     cites = paper_map_tests("## A\n| `tests/a.py::test_x`, `::test_y` |\n| `::test_z` |\n## B\n| `::test_w` |")
     assert cites == [("tests/a.py", "test_x"), ("tests/a.py", "test_y"), ("tests/a.py", "test_z"), (None, "test_w")]
