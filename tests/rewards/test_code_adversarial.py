@@ -264,9 +264,16 @@ def test_a_candidates_exception_cannot_steer_the_check(verifier, name):
         "def double(x):\n    raise StopIteration(2 * x)",
         "def double(x):\n    if x == 1:\n        raise StopIteration\n    return 2 * x",
         "def double(x):\n    raise StopAsyncIteration",
+        # the exception's class name, as the program's process reads it, spoofed by a metaclass
+        "class M(type):\n    __name__ = property(lambda cls: 'ValueError')\n"
+        "class E(StopIteration, metaclass=M):\n    pass\ndef double(x):\n    raise E",
+        "class M(type):\n    __name__ = property(lambda cls: 'StopIteration')\n"
+        "class E(Exception, metaclass=M):\n    pass\ndef double(x):\n    raise E",
     ):
         r = grade(verifier, program, ref)
-        assert r.reason == "runtime_error" and "Stop" in r.metadata["detail"], (program, r)
+        # the program's own traceback names the spoofed class by its module path (solution.E)
+        detail = r.metadata["detail"]
+        assert r.reason == "runtime_error" and ("Stop" in detail or "solution.E" in detail), (program, r)
 
 
 # Each program tries to hold three times its memory limit in memory the address-space limit does not count, and

@@ -469,6 +469,18 @@ FORGERIES = {
     # patching what the check uses, in its own process only
     "patch builtins": "import builtins\nbuiltins.AssertionError = type('N', (Exception,), {})\n"
     "def f(x):\n    return 0\n",
+    # reaching the checker (the parent, same uid) for its pass descriptor or its memory: it is non-dumpable
+    "pidfd_getfd of the checker's fds": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\ndef f(x):\n    p = os.pidfd_open(os.getppid())\n"
+    "    for fd in range(16):\n        got = libc.syscall(438, p, fd, 0)\n        if got >= 0:\n"
+    "            os.write(got, b'pass')\n    os._exit(0)\n",
+    "ptrace the checker": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n"
+    "    for req in (16, 0x4206):\n        assert libc.ptrace(req, os.getppid(), None, None) != 0\n"
+    "    raise RuntimeError('ptrace refused')\n",
+    # stopping or interrupting the checker
+    "signals to the checker": "import os, signal, time\ndef f(x):\n    p = os.getppid()\n"
+    "    for s in (signal.SIGSTOP, signal.SIGCONT, signal.SIGINT, signal.SIGUSR1, signal.SIGALRM):\n"
+    "        os.kill(p, s)\n        time.sleep(0.05)\n    return 0\n",
 }
 
 
@@ -477,6 +489,32 @@ def test_check_mode_verdict_cannot_be_forged(name):
     t = check(FORGERIES[name], "def check(candidate):\n    assert candidate(2) == 4\n")
     assert t.status == "runtime_error" and t.value is None, (name, t)
     assert t.stderr  # the reason is recorded: an assertion, or the program's process ending
+
+
+def test_the_root_cannot_be_left_or_remade(layers):
+    """In its root (chroot, no capability): no new user namespace (which would give back the capabilities to mount
+    a tmpfs no limit counts), no mount, chroot or umount, and '..' of / and the harness's root stay inside."""
+    if "rootfs" not in layers:
+        pytest.skip("the program's own root needs rootfs")
+    res = run("""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        def err(rc):
+            return ctypes.get_errno() if rc != 0 else 0
+        os.mkdir("x")
+        print([err(libc.unshare(f)) for f in (0x10000000, 0x10020000, 0x20000, 0x40000000, 0x20000000)])
+        print(err(libc.mount(b"tmpfs", b"x", b"tmpfs", 0, b"size=1g")), err(libc.chroot(b"x")),
+              err(libc.umount2(b"/usr", 2)))
+        print(sorted(os.listdir("/proc/self/root/..")) == sorted(os.listdir("/")),
+              os.path.exists("/proc/self/root/../etc/passwd"), os.path.exists("/etc/passwd"))
+        try:
+            os.listdir("/proc/1/root")
+        except PermissionError:
+            print("denied")
+    """)
+    t = res.tests[0]
+    assert t.status == "ok", t
+    assert t.stdout.decode().splitlines() == ["[1, 1, 1, 1, 1]", "1 1 1", "True False False", "denied"]
 
 
 def test_check_code_is_never_in_the_programs_memory():

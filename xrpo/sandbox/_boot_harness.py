@@ -53,6 +53,10 @@ def _set_limits(lim: dict, cpu: float | None, processes: int | None) -> None:
     setl(resource.RLIMIT_CORE, 0)
     # queued signals are kernel memory (~80 bytes each; the default allows ~96,000 per uid)
     setl(resource.RLIMIT_SIGPENDING, _MAX_PENDING_SIGNALS)
+    # no real-time scheduling and no raised priority, whatever the caller's limits allow (a container started with
+    # --ulimit rtprio=99): SCHED_FIFO busy loops would starve the harness and the caller past every wall-clock limit
+    setl(resource.RLIMIT_RTPRIO, 0)
+    setl(resource.RLIMIT_NICE, 0)
     if cpu is not None:
         secs = max(1, int(-(-cpu // 1)))
         setl(resource.RLIMIT_CPU, secs, secs + 1)  # SIGXCPU at the soft limit, SIGKILL a second later
