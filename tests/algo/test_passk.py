@@ -52,6 +52,12 @@ def test_pass_at_k_large_n_stable(n, c, k):
     assert pass_at_k(n, c, k) == pytest.approx(float(exact), rel=1e-12)
 
 
+def test_pass_at_k_returns_a_python_float():
+    # a plain float (results.json, logs), not numpy's float64, on both branches (product form and n - c < k)
+    assert type(pass_at_k(5, 2, 2)) is float and type(pass_at_k(5, 4, 2)) is float
+    assert type(pass_at_k(np.int64(5), np.int64(2), np.int64(2))) is float
+
+
 def test_pass_at_k_accepts_numpy_integers():
     assert pass_at_k(np.int64(5), np.int32(2), np.int64(2)) == pytest.approx(0.7)
 

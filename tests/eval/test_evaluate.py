@@ -76,6 +76,44 @@ def test_figures_match_counts_and_files(eval_env, tmp_path):
     assert saved["per_problem"] == res["per_problem"] and saved["settings"]["prompt_template"] == "{prompt}"
 
 
+def _records(problem_rows):
+    # per-problem records as sample_and_score writes them: (answers, correct, lengths)
+    return [
+        {"id": i, "n": len(a), "c": sum(c), "answers": a, "correct": c, "lengths": ln, "truncated": 0}
+        for i, (a, c, ln) in enumerate(problem_rows)
+    ]
+
+
+def test_make_results_averages_datasets_and_counts_unsampled_problems():
+    from types import SimpleNamespace
+
+    from xrpo.eval.results import make_results
+    from xrpo.rollout.validate import unscored_record
+
+    spec = SimpleNamespace(source="x")
+    # dataset a: pass@1 = (2/2 + 0/2) / 2 = 0.5, cons@2 = (right, wrong) -> 0.5, lengths 3
+    a = _records([(["1", "1"], [True, True], [3, 3]), (["2", None], [False, False], [3, 3])])
+    # dataset b: pass@1 = 1/2, cons@2: "7" first of a 1-1 tie, right -> 1
+    b = _records([(["7", "8"], [True, False], [1, 5])])
+    datasets = [("a", spec, None, "a.jsonl"), ("b", spec, None, "b.jsonl")]
+    res = make_results(SimpleNamespace(model="m"), {}, datasets, {"a": a, "b": b}, 2, [1, 2])
+    assert res["datasets"]["a"]["num_problems"] == 2 and res["datasets"]["a"]["num_samples"] == 4
+    avg = res["average"]
+    # the mean over datasets (not over problems): pass@1 (0.5 + 0.5) / 2, pass@2 (1/2 + 1) / 2, cons@2 (0.5 + 1) / 2
+    assert avg["pass@1"] == 0.5 and avg["pass@2"] == 0.75 and avg["cons@2"] == 0.75
+    assert avg["response_length_mean"] == 3.0  # (3 + 3) / 2 of the two datasets' means
+    # nothing skipped: no unsampled_problems figure anywhere
+    assert "unsampled_problems" not in avg and all(
+        "unsampled_problems" not in d["metrics"] for d in res["datasets"].values()
+    )
+    # one problem of b unsampled: a total (1, not a mean), and 0 in the datasets without any
+    b2 = b + [unscored_record(SimpleNamespace(id="z", answer="1"), 2, "too long")]
+    res = make_results(SimpleNamespace(model="m"), {}, datasets, {"a": a, "b": b2}, 2, [1])
+    assert res["average"]["unsampled_problems"] == 1.0
+    assert res["datasets"]["a"]["metrics"]["unsampled_problems"] == 0.0
+    assert res["datasets"]["b"]["metrics"]["unsampled_problems"] == 1.0
+
+
 def test_resume_after_interruption_equals_one_run(eval_env, tmp_path):
     one = evaluate(cfg_for(eval_env, tmp_path / "one"), log=quiet)
 

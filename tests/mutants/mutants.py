@@ -153,6 +153,47 @@ MUTANTS: tuple[Mutant, ...] = (
         (LOSSES,),
         "GSPO's sequence ratio without the 1/|y| power",
     ),
+    # ------------------------------------------------------------------------------------ xrpo/algo/stats, passk
+    Mutant(
+        "mean-ci-two-values-no-width",
+        "xrpo/algo/stats.py",
+        "if a.shape[0] < 2:",
+        "if a.shape[0] <= 2:",
+        ("tests/algo/test_stats.py",),
+        "two per-step values reported with a zero-width interval (off by one in the n < 2 special case)",
+    ),
+    Mutant(
+        "ratio-ci-population-cov",
+        "xrpo/algo/stats.py",
+        "cov = np.cov(a, b, ddof=1)",
+        "cov = np.cov(a, b, ddof=0)",
+        ("tests/algo/test_stats.py",),
+        "the delta-method variance of a ratio from the population (ddof=0) covariance",
+    ),
+    Mutant(
+        "ratio-ci-normal-quantile",
+        "xrpo/algo/stats.py",
+        "z = stats.t.ppf(0.5 + confidence / 2.0, a.shape[0] - 1)",
+        "z = stats.norm.ppf(0.5 + confidence / 2.0)",
+        ("tests/algo/test_stats.py",),
+        "the ratio interval with the normal quantile instead of Student's t over few seeds",
+    ),
+    Mutant(
+        "pass-at-k-numpy-float",
+        "xrpo/algo/passk.py",
+        "return float(1.0 - np.prod(1.0 - k / i))",
+        "return 1.0 - np.prod(1.0 - k / i)",
+        ("tests/algo/test_passk.py",),
+        "pass@k returns numpy's float64 instead of the documented Python float",
+    ),
+    Mutant(
+        "eval-unsampled-figure-always",
+        "xrpo/eval/results.py",
+        'skipped = sum(d["metrics"].get("unsampled_problems", 0.0) for d in per_ds.values())',
+        'skipped = sum(d["metrics"].get("unsampled_problems", 1.0) for d in per_ds.values())',
+        ("tests/eval/test_evaluate.py::test_make_results_averages_datasets_and_counts_unsampled_problems",),
+        "results.json counts a dataset without an unsampled problem as one: a figure of skipped problems that were not",
+    ),
     # ------------------------------------------------------------------------------------------ xrpo/algo/allocation
     Mutant(
         "delta-wrong-count",

@@ -33,6 +33,7 @@ def test_every_mutant_still_applies_to_the_code_and_compiles():
         assert m.path.startswith(
             (
                 "xrpo/algo/",
+                "xrpo/eval/results.py",
                 "xrpo/rollout/planner.py",
                 "xrpo/rollout/step.py",
                 "xrpo/rollout/sources.py",

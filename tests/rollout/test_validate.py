@@ -63,6 +63,29 @@ def test_score_records_unsampled_problem_counts_as_unsolved():
     assert m["e/no_answer_rate"] == 0.5 and m["e/unsampled_problems"] == 1.0
 
 
+def test_score_records_defaults_to_pass_at_1_under_eval():
+    # the trainer's call: ks and prefix left out -> pass@1 only, named eval/...; (0 + 1 + 2/4 + 0 + 1/4) / 5
+    m = score_records(HAND, 4)
+    assert sorted(k for k in m if "pass@" in k) == ["eval/pass@1"]
+    assert m["eval/pass@1"] == pytest.approx(0.35, abs=1e-15)
+
+
+def test_score_records_every_problem_unsampled_gives_zero_rates():
+    # nothing was drawn: no length to average (0, not an invented figure), nothing truncated, every answer missing
+    recs = [unscored_record(Problem(id=i, prompt="q", answer="1"), 2, "too long") for i in ("a", "b")]
+    m = score_records(recs, 2, ks=(1, 2), prefix="")
+    assert m["response_length_mean"] == 0.0 and m["truncation_rate"] == 0.0
+    assert m["pass@1"] == m["pass@2"] == m["cons@2"] == 0.0
+    assert m["no_answer_rate"] == 1.0 and m["unsampled_problems"] == 2.0
+
+
+def test_score_records_one_sample():
+    # one problem, one sample without an answer: every rate is over that one sample
+    m = score_records([rec([None], [False], [5], truncated=1)], 1, prefix="")
+    assert m["no_answer_rate"] == 1.0 and m["truncation_rate"] == 1.0 and m["response_length_mean"] == 5.0
+    assert m["pass@1"] == 0.0 and m["cons@1"] == 0.0
+
+
 def test_score_records_rejects_empty_and_bad_k():
     with pytest.raises(ValueError, match="no problems"):
         score_records([], 4)
