@@ -4,6 +4,7 @@ advantage kinds."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -128,7 +129,12 @@ def test_group_advantages_all_equal_and_singletons_are_exactly_zero(backend):
     g = as_backend([1, 1, 1, 2, 3], backend)
     for eps in (1e-6, 0.0):
         for scale in ("std", "none"):
-            assert np.all(to_np(group_advantages(r, g, scale=scale, eps=eps)) == 0.0)
+            # and quietly: no 0/0 (a singleton group's n - 1 = 0 degrees of freedom) behind the exact 0
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                a = group_advantages(r, g, scale=scale, eps=eps)
+            assert np.all(to_np(a) == 0.0)
+            assert not caught, [str(w.message) for w in caught]
 
 
 def test_group_advantages_types_and_dtypes():
@@ -149,6 +155,9 @@ def test_group_advantages_types_and_dtypes():
     assert isinstance(group_advantages(r, g), np.ndarray)
     # no rollouts at all
     assert group_advantages(np.zeros(0), np.zeros(0, dtype=int)).shape == (0,)
+    # scale and eps are keyword-only: a third positional argument is refused
+    with pytest.raises(TypeError):
+        group_advantages(r, g, "none")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -244,6 +253,20 @@ def test_length_normalized_loglik_types():
     for bad in (torch.from_numpy(lp).to(torch.bfloat16), torch.from_numpy(lp).requires_grad_(True)):
         with pytest.raises(ValueError, match="token_logprobs and mask must be rectangular"):
             length_normalized_loglik(bad, torch.from_numpy(mask))
+
+
+def test_length_normalized_loglik_float16_and_overflow():
+    # float16 (summed in float32, returned as float16): row sums [-3, -1.5, -4] over [2, 3, 1] tokens
+    # -> s = [-1.5, -0.5, -4] (all exact in float16); 3 x 3 so that a sum over the wrong axis has the right shape
+    lp = np.array([[-1.0, -2.0, 0.0], [-0.5, -0.5, -0.5], [-4.0, 0.0, 0.0]], dtype=np.float16)
+    mask = np.array([[1, 1, 0], [1, 1, 1], [1, 0, 0]], dtype=bool)
+    out = length_normalized_loglik(lp, mask)
+    assert out.dtype == np.float16
+    assert_array_equal(out, [-1.5, -0.5, -4.0])
+    # finite log-probs whose float32 sum overflows (-3e38 * 2 < -3.4e38): a ValueError that says so
+    with np.errstate(over="ignore"), pytest.raises(Exception) as exc:
+        length_normalized_loglik(np.array([[-3e38, -3e38]], dtype=np.float32), np.ones((1, 2), dtype=bool))
+    assert exc.type is ValueError and "sum of a row overflowed" in str(exc.value)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -400,6 +423,22 @@ def test_sharpen_edge_cases(backend):
     # full_reward is a threshold: reward 0.9 with full_reward 0.8 counts
     out, _ = run([0.5, -0.5], [0.9, 0.0], [-2.0, -1.0], [0, 0], full_reward=0.8)
     assert out[0] == pytest.approx(0.75)  # kappa A = .25 < 2.5 (1 - e^-.5) = .9837 -> .5 + .25
+    # the defaults (lam_nov 2.5, kappa_clip .5, full_reward 1) with a bonus below the clip: scores [-1, -.9], mean
+    # -.95, eta_0 = exp(-.05) = 0.9512294245; 2.5 * (1 - eta_0) = 0.1219264387 < .5 * .7071067812 = .3535533906
+    # -> A+ = .7071067812 + .1219264387 = 0.8290332199
+    out, _ = run([1 / math.sqrt(2), -1 / math.sqrt(2)], [1.0, 0.0], [-1.0, -0.9], [0, 0])
+    assert_allclose(out, [0.8290332199, -1 / math.sqrt(2)], rtol=1e-10)
+    # advantages that are not GRPO's (allowed): every eligible rollout has A < 0, so every bonus is kappa A < 0 and
+    # max_bonus is the largest of them, not the 0 of the ineligible rollout: bonuses .5 * [-.4, -.2] = [-.2, -.1]
+    out, m = run([-0.4, -0.2, 0.6], [1.0, 1.0, 0.0], [-1.0, -2.0, -3.0], [0, 0, 0])
+    assert_allclose(out, [-0.6, -0.3, 0.6], rtol=1e-15)
+    assert m["adv/max_bonus"] == -0.1 and m["adv/negative_bonus_count"] == 2.0
+    # two sharpened rollouts: scores [-1, -1, -.7], mean -.9, eta = exp(-.1) = 0.9048374180 for both;
+    # 2.5 * (1 - eta) = 0.2379064549 < .5 * .5 = .25 -> both get 0.2379064549; mean_bonus = 2 * 0.2379064549 / 2
+    out, m = run([0.5, 0.5, -1.0], [1.0, 1.0, 0.0], [-1.0, -1.0, -0.7], [0, 0, 0])
+    assert_allclose(out, [0.7379064549, 0.7379064549, -1.0], rtol=1e-10)
+    assert m["adv/sharpened_count"] == 2.0
+    assert_allclose([m["adv/mean_bonus"], m["adv/max_bonus"]], [0.2379064549, 0.2379064549], rtol=1e-9)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -518,6 +557,10 @@ def test_registry_has_the_kinds_and_names_the_valid_ones():
     with pytest.raises(ValueError, match="non-empty string"):
         register_advantage("")
     assert set(ADVANTAGES) == {"group", "tree"}  # the refused registrations left nothing behind
+    for kind in ("group", "tree"):  # scale and tree are keyword-only: a positional scale is refused
+        with pytest.raises(Exception) as exc:
+            get_advantage(kind)([1.0, 0.0], [0, 0], "none")
+        assert exc.type is TypeError
 
 
 @pytest.mark.parametrize("scale", ["std", "none"])

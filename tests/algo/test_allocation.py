@@ -7,6 +7,7 @@ t quantiles used in the hand computations (two-sided 95%, t_{0.975, df}):
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 
@@ -195,6 +196,9 @@ def test_scalar_inputs_give_scalars_and_arrays_give_arrays():
     assert t_ci_half_width(np.ones((2, 3)), 3, 0.1).shape == (2, 3)
     assert uncertainty_reduction(np.ones(4), np.array([2, 3, 4, 5]), 0.1).shape == (4,)
     assert exploration_bonus(np.array([[1, 2]]), 5, 0.1).shape == (1, 2)
+    # the scalars are numpy float64 scalars (a float subclass), not 0-d arrays
+    for v in (t_ci_half_width(1.0, 3, 0.1), uncertainty_reduction(1.0, 3, 0.1), exploration_bonus(3, 5, 0.1)):
+        assert type(v) is np.float64
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -225,6 +229,15 @@ def test_allocation_priority_all_equal_rewards_is_bonus_only():
 def test_allocation_priority_accepts_lists_tensors_and_uneven_lengths():
     prompts = [torch.tensor([1.0, 0.0, 0.0, 1.0]), [0, 1], np.array([1, 1, 0, 0, 1, 0, 1])]
     assert_allclose(allocation_priority(prompts, 16), ref_allocation_priority(prompts, 16), rtol=1e-12)
+
+
+def test_allocation_priority_float32_and_int_arrays_are_computed_in_float64():
+    # numpy arrays of another dtype than float64 are converted (exactly) to float64 before any arithmetic: the same
+    # priorities, bit for bit, as the float64 arrays of the same values
+    f32 = [np.array(r, dtype=np.float32) for r in ([0.1, 0.7, 0.3, 0.9], [0.2, 0.6, 0.6])]
+    assert_array_equal(allocation_priority(f32, 32), allocation_priority([r.astype(np.float64) for r in f32], 32))
+    ints = [np.array(r, dtype=np.int64) for r in HAND_PROMPTS]
+    assert_array_equal(allocation_priority(ints, 32), allocation_priority(HAND_PROMPTS, 32))
 
 
 def test_allocation_priority_one_rollout_raises_with_prompt_index():
@@ -263,6 +276,8 @@ def test_allocation_priority_bad_input(kwargs, match):
         (t_ci_half_width, (np.nan, 3, 0.05), "std must be finite"),
         (t_ci_half_width, (1.0, 3, 1.5), "alpha"),
         (uncertainty_reduction, (1.0, [3, 1], 0.05), r"n must be >= 2.*\(1,\)"),
+        # n = 2 is allowed: the culprit is the 1 at index 1
+        (uncertainty_reduction, (1.0, [2, 1], 0.05), r"found 1 at index \(1,\)"),
         (uncertainty_reduction, (1.0, 3, -0.1), "alpha"),
         (exploration_bonus, (0, 3, 0.1), "n must be >= 1"),
         (exploration_bonus, (2, -3, 0.1), "T must be"),
@@ -291,6 +306,12 @@ def test_split_budget_hand():
     assert_array_equal(split_budget([0.0, 1.0, 3.0], 8), [0, 2, 6])
     # budget 0
     assert_array_equal(split_budget([0.2, 0.5], 0), [0, 0])
+    # budget 1: quotas [.25, .75], floors [0, 0], the one rollout -> largest remainder (.75)
+    assert_array_equal(split_budget([1.0, 3.0], 1), [0, 1])
+    # max_per_prompt is keyword-only (a third positional argument is refused); priority and budget may be named
+    with pytest.raises(TypeError):
+        split_budget([1.0, 3.0], 2, 1)
+    assert_array_equal(split_budget(priority=[1.0, 3.0], budget=2), [1, 1])
     assert split_budget([0.2, 0.5], 3).dtype == np.int64
 
 
@@ -315,6 +336,9 @@ def test_split_budget_cap_redistributes():
     # 5 * [2, 2, 1, 1] / 6 = [1.667, 1.667, .833, .833], cap 2 not reached: floors [1, 1, 0, 0], 3 left ->
     # remainders .833 (prompts 2, 3), then .667 (prompt 0 before prompt 1)
     assert_array_equal(split_budget([2.0, 2.0, 1.0, 1.0], 5, max_per_prompt=2), [2, 1, 1, 1])
+    # a quota equal to its cap is not above it (no re-split): 5 * [0, 2, 3, 5] / 10 = [0, 1, 1.5, 2.5], prompt 1's
+    # quota equals its cap 1; floors [0, 1, 1, 2] = 4, 1 left, remainders .5 tie -> earlier prompt 2
+    assert_array_equal(split_budget([0.0, 2.0, 3.0, 5.0], 5, max_per_prompt=[3, 1, 3, 3]), [0, 1, 2, 2])
 
 
 def test_split_budget_tie_rules():
@@ -334,6 +358,7 @@ def test_split_budget_tie_rules():
         (([1.0, 2.0], -1), {}, "budget must be an integer >= 0"),
         (([1.0, 2.0], 2.5), {}, "budget must be an integer"),
         (([1.0, -2.0], 3), {}, r"priority must be >= 0.*prompt 1"),
+        (([0.0, -2.0], 3), {}, r"found -2.0 for prompt 1"),  # 0 is allowed: the culprit is prompt 1
         (([1.0, np.nan], 3), {}, "priority must be finite"),
         (([], 3), {}, "non-empty 1-D"),
         (([[1.0, 2.0]], 3), {}, "non-empty 1-D"),
@@ -345,6 +370,28 @@ def test_split_budget_tie_rules():
 def test_split_budget_bad_input(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         split_budget(*args, **kwargs)
+
+
+def test_split_budget_float_guard_takes_back_an_overcounted_rollout():
+    # Budgets near 2**53 make a float quota round up onto an integer the exact quota lies below, so the floors sum
+    # to budget + 1; the guard takes one back from the smallest remainder (lower priority, later prompt first),
+    # never from a prompt whose floor is 0.
+    # 8262283202968194 * [0, 13, 23, 10] / 46 = [0, 13, 23, 10] * 179614852238439 exactly; prompt 2's float quota
+    # is 4131141601484098 (one above), so the guard must take it back from prompt 2 (remainder 0, the zero-priority
+    # prompt 0 has floor 0)
+    p, budget = np.array([0.0, 13.0, 23.0, 10.0]), 8262283202968194
+    w = p / p.max()
+    assert int(np.floor((w / w.sum()) * budget).sum()) == budget + 1  # the guard's branch is reached
+    assert_array_equal(split_budget(p, budget), np.array([0, 13, 23, 10]) * 179614852238439)
+    # 7942621060930140 * [3, 1, 1] / 5 = [3, 1, 1] * 1588524212186028 exactly; prompt 0's float quota is one above;
+    # every remainder is 0, so the one taken back comes from the lower-priority pair, its later prompt: equal
+    # priorities keep the earlier prompt's share >= the later one's
+    p, budget = np.array([3.0, 1.0, 1.0]), 7942621060930140
+    w = p / p.max()
+    assert int(np.floor((w / w.sum()) * budget).sum()) == budget + 1
+    a = split_budget(p, budget)
+    assert a.sum() == budget and a[1] >= a[2]
+    assert np.all(np.abs(a - np.array([3, 1, 1]) * 1588524212186028) <= 1)  # within one of the exact share
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -431,6 +478,19 @@ def test_allocate_round_greedy_hand():
     assert_array_equal(allocate_round(prompts, 3, lam=1.0), [2, 1])
     # greedy with a cap of 2 extra: A takes 2, then B
     assert_array_equal(allocate_round(prompts, 3, lam=1.0, mode="greedy", max_per_prompt=2), [2, 1])
+    # per-prompt caps: cap 0 keeps A out altogether (B takes all 3); cap 1 lets A take its one rollout first
+    # (Pi_A(2) = .833 > Pi_B), then B takes the other 2
+    assert_array_equal(allocate_round(prompts, 3, lam=1.0, mode="greedy", max_per_prompt=[0, 3]), [0, 3])
+    assert_array_equal(allocate_round(prompts, 3, lam=1.0, mode="greedy", max_per_prompt=[1, 3]), [1, 2])
+    # the prompt with the most rollouts takes the whole budget (its count reaches n_max + budget): a single prompt;
+    # and with lam = 0, A has Pi_A = 0 exactly (s = 0) while Pi_B > 0, so B (n = 8) takes all 3
+    assert_array_equal(allocate_round([[0.0, 1.0, 1.0]], 3, mode="greedy"), [3])
+    assert_array_equal(allocate_round(prompts[::-1], 3, lam=0.0, mode="greedy"), [3, 0])
+    # budget 1 (T = 1): phi(n) = sqrt(log(2) / n): Pi_A = sqrt(.6931471806 / 2) = 0.5887050113,
+    # Pi_B = 0.0360016269 + sqrt(.6931471806 / 8) = 0.0360016269 + 0.2943525056 = 0.3303541325 -> A, in both modes
+    assert_allclose(allocation_priority(prompts, 1, lam=1.0), [0.5887050113, 0.3303541325], rtol=1e-9)
+    assert_array_equal(allocate_round(prompts, 1, lam=1.0, mode="greedy"), [1, 0])
+    assert_array_equal(allocate_round(prompts, 1, lam=1.0), [1, 0])
 
 
 def test_allocate_round_greedy_all_zero_priority_is_round_robin():
@@ -479,6 +539,8 @@ def test_allocate_round_bad_input():
         allocate_round(HAND_PROMPTS, 10, max_per_prompt=3, mode="greedy")
     with pytest.raises(ValueError, match="alpha"):
         allocate_round(HAND_PROMPTS, 10, alpha=2.0)
+    with pytest.raises(TypeError):  # alpha, lam, max_per_prompt and mode are keyword-only
+        allocate_round(HAND_PROMPTS, 4, 0.05)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -502,6 +564,11 @@ def test_plan_phases_uneven_and_degenerate():
     assert plan_phases(4, 8, 2, 0) == (2, ())
     # the paper's largest setting: 64 prompts x 256 rollouts, n_base 128
     assert plan_phases(64, 64 * 256, 128, 2) == (128, (4096, 4096))
+    # numpy integers in, Python ints out (the plan is logged as JSON)
+    plan = plan_phases(np.int64(16), np.int64(129), np.int64(4), np.int64(2))
+    assert plan == (4, (33, 32))
+    assert type(plan.base_per_prompt) is int and all(type(b) is int for b in plan.round_budgets)
+    assert json.loads(json.dumps(plan)) == [4, [33, 32]]
 
 
 @pytest.mark.parametrize(
