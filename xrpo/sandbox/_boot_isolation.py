@@ -111,14 +111,14 @@ _X86_64_SYSCALLS = {
 # F_OFD_SETLKW): each disjoint locked byte range is a ~200-byte `struct file_lock` of kernel memory, and no limit counts
 # them (Linux ignores RLIMIT_LOCKS, and since 6.8 no memory cgroup charges the file lock cache): 8 processes held
 # 94 MB of it in 2 s. Refused by the command argument of fcntl (its low 32 bits: the kernel reads an unsigned int);
-# flock(2) and leases stay (one lock per open file, bounded by the descriptors). fcntl's number by table.
-_FCNTL = {"generic": 25, "x86_64": 72}
+# flock(2) and leases stay (one lock per open file, bounded by the descriptors).
 _FCNTL_LOCK_COMMANDS = (6, 7, 13, 14, 37, 38)
-# machine -> (AUDIT_ARCH_* of its native ABI, first syscall number of a second ABI on the same arch, table)
+# machine -> (AUDIT_ARCH_* of its native ABI, first syscall number of a second ABI on the same arch, table, fcntl's
+# number)
 _SECCOMP_ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, _X86_64_SYSCALLS),  # numbers from 0x40000000 up: the x32 ABI
-    "aarch64": (0xC00000B7, None, _GENERIC_SYSCALLS),
-    "riscv64": (0xC00000F3, None, _GENERIC_SYSCALLS),
+    "x86_64": (0xC000003E, 0x40000000, _X86_64_SYSCALLS, 72),  # numbers from 0x40000000 up: the x32 ABI
+    "aarch64": (0xC00000B7, None, _GENERIC_SYSCALLS, 25),
+    "riscv64": (0xC00000F3, None, _GENERIC_SYSCALLS, 25),
 }
 _BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
 _SECCOMP_RET_ALLOW, _SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | 1
@@ -151,9 +151,8 @@ class Libc:
         if machine not in _SECCOMP_ARCHES:
             return False
         ct = self.ctypes
-        arch, second_abi, table = _SECCOMP_ARCHES[machine]
+        arch, second_abi, table, fcntl_nr = _SECCOMP_ARCHES[machine]
         numbers = sorted(set(table.values()))
-        fcntl_nr = _FCNTL["x86_64" if table is _X86_64_SYSCALLS else "generic"]
         # classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}: any other ABI is refused
         # whole (i386's multiplexed ipc() and socketcall() would pass a list of native numbers), then one test per
         # number, then fcntl's lock commands (args[1]'s low word, at offset 24 on these little-endian machines).
