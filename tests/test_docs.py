@@ -69,8 +69,8 @@ def resolves(name: str) -> bool:
         if node is None:
             return False
         if not isinstance(node, ast.ClassDef):
-            # a function, a constant or an imported name: what follows is its own business (an attribute of a
-            # returned object, a dict key), unless it is an import of an xrpo module we can follow
+            # a function, a constant or an imported name: accepted as it is, and what follows is not resolved (an
+            # attribute of a returned object, a dict key, a name in the module an import came from)
             return True
         body = node.body
     return True
