@@ -66,6 +66,12 @@ BAD = [
     ("cures_min_count", 1, "a group of one has no reward variance"),
     ("embedder", "", "must name an embedder"),
     ("corpus_max_per_problem", 0, "must be >= 1"),
+    # a switch is a bool, not what YAML or an untyped block makes of "false", null or 0 (each would read the other way)
+    ("icl", "false", "must be true or false, got 'false'"),
+    ("sharpen", None, "must be true or false, got None"),
+    ("dynamic_sampling", 1, "must be true or false, got 1"),
+    ("tree_advantage", 0, "must be true or false, got 0"),
+    ("tree_fallback", "yes", "must be true or false, got 'yes'"),
 ]
 
 

@@ -15,13 +15,15 @@ behind) and runs ``pytest -x`` on the mutant's tests. The outcome is the first f
     timeout    it ran longer than --timeout seconds
 
 The run fails (exit 1) unless every mutant is killed, and refuses to start (exit 2) when a mutant's original text no
-longer occurs exactly once in its file. The parent imports the third-party libraries once (torch, transformers ...)
-and each child starts from that state (fork), so a mutant costs its tests' run time, not a fresh interpreter's imports.
+longer occurs exactly once in its file. The parent imports the third-party libraries (torch, transformers ...) and
+pytest's plugins once and freezes them out of the garbage collector's sight; each child starts from that state (fork),
+so a mutant costs its tests' run time, not a fresh interpreter's imports (CONTRIBUTING.md has the figures).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.machinery
 import importlib.util
@@ -85,8 +87,21 @@ def _preload() -> None:
         "transformers.models.qwen2.modeling_qwen2",
     ):
         importlib.import_module(name)
+    # pytest's plugins (entry points) and what they import (hypothesis: 2.5 s): imported in a child after pytest
+    # marked their packages for assertion rewriting, every child rewrote and compiled some 170 modules of them
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="pytest11"):
+        importlib.import_module(ep.value.split(":")[0])
+    if importlib.util.find_spec("hypothesis") is not None:
+        importlib.import_module("hypothesis.strategies")
+
     for name in [n for n in sys.modules if n == "xrpo" or n.startswith("xrpo.")]:
         del sys.modules[name]
+    # what is loaded now lives as long as the children: out of the collector's sight, each child's gc.collect (pytest
+    # calls it five times on exit) scans only its own objects instead of torch's and transformers' (1 s a child)
+    gc.collect()
+    gc.freeze()
 
 
 class _Recorder:
@@ -211,6 +226,7 @@ def run(mutants: list[Mutant], jobs: int, timeout: float, log=print) -> list[dic
                 f"{outcome:9s} {row['seconds']:6.1f}s  {m.name:42s} {row['test'] or ''}"
                 + ("" if outcome == "killed" else f"\n          {row['error'] or m.why}")
             )
+    gc.unfreeze()  # (frozen objects outlive the interpreter's last collection: nanobind then reports leaks)
     order = {m.name: i for i, m in enumerate(mutants)}
     return sorted(results, key=lambda r: order[r["mutant"]])
 
