@@ -205,8 +205,16 @@ def test_rounds_file_rates_raw_or_fitted(tmp_path):
         ({"dist": "beta(1,1)", "rounds_file": "x"}, "give dist or rounds_file, not both"),
         ({"rounds_steps": "1:2"}, "rounds_steps selects steps of rounds_file, which is not given"),
         ({"concurrency": [8, 0]}, "concurrency must be a non-empty list of integers >= 1"),
-        ({"cures_pool": 4}, "cures_pool must be None or an integer >= prompts \\(16\\)"),
-        ({"oracle_min": 9}, "oracle_min must be None or an integer in \\[0, rollouts / prompts = 8\\]"),
+        ({"cures_pool": 4}, "config field cures_pool must be >= 16 \\(prompts\\) or None, got 4"),
+        ({"cures_pool": 16.0}, "config field cures_pool must be an int >= 16 \\(prompts\\) or None, got 16.0"),
+        # a bool is no count, though True == 1 would pass the range
+        ({"prompts": 1, "rollouts": 8, "cures_pool": True}, "cures_pool must be an int >= 1 \\(prompts\\) or None"),
+        ({"oracle_min": True}, "config field oracle_min must be an int >= 0 or None, got True"),
+        ({"oracle_min": -1}, "config field oracle_min must be >= 0 or None, got -1"),
+        ({"oracle_min": 9}, "oracle_min must be None or <= rollouts / prompts = 8, got 9"),
+        ({"degenerate_eps": 0.5}, "degenerate_eps must be < 0.5, got 0.5"),
+        ({"degenerate_eps": float("nan")}, "config field degenerate_eps must be a finite number >= 0, got nan"),
+        ({"degenerate_eps": True}, "config field degenerate_eps must be a finite number >= 0, got True"),
     ],
 )
 def test_config_errors_name_the_option(kwargs, match):

@@ -179,28 +179,23 @@ class SimConfig:
             "rollouts",
             f">= cures_min_count * prompts = {self.cures_min_count * self.prompts} for cures",
         )
-        need(
-            self.cures_pool is None or (isinstance(self.cures_pool, int) and self.cures_pool >= self.prompts),
-            "cures_pool",
-            f"None or an integer >= prompts ({self.prompts})",
-        )
-        need(
-            self.oracle_min is None
-            or (
-                isinstance(self.oracle_min, int)
-                and 0 <= self.oracle_min
-                and self.oracle_min * self.prompts <= self.rollouts
-            ),
-            "oracle_min",
-            f"None or an integer in [0, rollouts / prompts = {self.rollouts // self.prompts}]",
-        )
+        if self.cures_pool is not None:
+            check_int(self, "", "cures_pool", self.prompts, " (prompts) or None")
+        if self.oracle_min is not None:
+            check_int(self, "", "oracle_min", 0, " or None")
+            need(
+                self.oracle_min * self.prompts <= self.rollouts,
+                "oracle_min",
+                f"None or <= rollouts / prompts = {self.rollouts // self.prompts}",
+            )
         # the cap must hold every planning round, and knapsack's one batch (the simulator's knapsack has no ICL)
         alloc = "knapsack" if any(m.startswith("knapsack") for m in self.methods) else "hrp"
         knobs = AllocationConfig(alloc, self.n_base, self.rounds, max_extra_per_prompt=self.max_extra)
         err = cap_error(knobs, self.prompts, self.rollouts, icl=False)
         if err is not None:
             raise ValueError(f"max_extra {err}, got {self.max_extra!r}")
-        need(0.0 <= self.degenerate_eps < 0.5, "degenerate_eps", "in [0, 0.5)")
+        check_number(self, "", "degenerate_eps", 0)
+        need(self.degenerate_eps < 0.5, "degenerate_eps", "< 0.5")
         need(
             isinstance(self.concurrency, list)
             and len(self.concurrency) > 0
