@@ -3,6 +3,10 @@ CurES's selection and DAPO's refill."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -13,6 +17,7 @@ from xrpo.algo.knapsack import knapsack_allocation
 from xrpo.algo.posterior_alloc import posterior_allocation
 from xrpo.algo.rounds import (
     ALLOCATORS,
+    Allocator,
     PromptHistory,
     allocator_names,
     batch_counts,
@@ -89,6 +94,8 @@ def test_is_nonuniform_by_hand():
     # 8 over 4 divides: any spread is non-uniform; 9 over 4 does not: a spread of 1 is the even split
     assert not is_nonuniform([2, 2, 2, 2], 8) and is_nonuniform([3, 1, 2, 2], 8)
     assert not is_nonuniform([3, 2, 2, 2], 9) and is_nonuniform([4, 1, 2, 2], 9)
+    # 7 over 3 does not divide: the even split differs by 1, a spread of 2 does not
+    assert is_nonuniform([1, 3, 3], 7) and not is_nonuniform([2, 3, 2], 7)
     assert not is_nonuniform([], 0)
 
 
@@ -205,7 +212,9 @@ def test_cap_error_is_exactly_when_a_step_would_fail(allocation, icl):
     # outcomes, it says "no" exactly when planning the step (as the trainer does: batch_counts, or plan_phases then
     # plan_round per round) raises for a too-small cap, and "yes" when it runs
     rng = np.random.default_rng(0)
-    for P, budget, rounds in ((4, 32, 2), (6, 30, 3), (5, 22, 1)):
+    # (4, 25, 2): rounds of 9 and 8, the largest one binds (a cap of 2 holds 8, not 9); (3, 6, 0): no planning
+    # round, any cap holds
+    for P, budget, rounds in ((4, 32, 2), (6, 30, 3), (5, 22, 1), (4, 25, 2), (3, 6, 0)):
         for cap in (None, 0, 1, 2, 3, 4, 5, 6, 8):
             knobs = AllocationConfig(allocation=allocation, n_base=2, plan_rounds=rounds, max_extra_per_prompt=cap)
             err = cap_error(knobs, P, budget, icl=icl)
@@ -224,3 +233,68 @@ def test_cap_error_is_exactly_when_a_step_would_fail(allocation, icl):
             assert ran == (err is None), (P, budget, rounds, cap, err)
             if err is not None:
                 assert f"at {cap} rollouts each" in err and f"allocation={allocation}" in err
+
+
+def test_a_registry_entry_is_frozen_with_register_allocator_s_defaults():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        get_allocator("hrp").adaptive = False
+    reg = inspect.signature(register_allocator).parameters
+    bare = Allocator("x", lambda rewards, budget, knobs, history: np.zeros(len(rewards), dtype=np.int64))
+    flags = ("adaptive", "selects_prompts", "uses_history")
+    assert tuple(getattr(bare, f) for f in flags) == tuple(reg[f].default for f in flags) == (True, False, False)
+
+
+def test_keyword_only_arguments_stay_keyword_only():
+    # a flag or knob passed by position would silently take another one's place
+    for fn, names in (
+        (register_allocator, ("adaptive", "selects_prompts", "uses_history")),
+        (cap_error, ("icl",)),
+        (plan_round, ("icl", "full_reward", "history", "allocator")),
+        (cures_select, ("prior_alpha", "prior_beta", "temp_scale", "min_count")),
+    ):
+        params = inspect.signature(fn).parameters
+        assert [params[n].kind for n in names] == [inspect.Parameter.KEYWORD_ONLY] * len(names), fn.__name__
+
+
+def test_cures_defaults_are_cures_config_s():
+    # cures_select's defaults and the cures allocator's fallbacks (knobs without CurES's fields) are CuresConfig's
+    c = CuresConfig()
+    sig = inspect.signature(cures_select).parameters
+    assert [sig[n].default for n in ("prior_alpha", "prior_beta", "temp_scale", "min_count")] == [
+        c.cures_prior_alpha,
+        c.cures_prior_beta,
+        c.cures_temp_scale,
+        c.cures_min_count,
+    ]
+    fn = get_allocator("cures").fn
+    hist = PromptHistory(np.array([0, 3, 6, 3]), np.array([1000, 5, 11, 3]))
+    bare = fn([np.zeros(0)] * 4, 15, SimpleNamespace(), hist)
+    # p = (k + 1) / (n + 2) = 1/1002, 4/7, 7/13, 4/5; sigma = sqrt(p (1 - p)) = 0.0316, 0.4949, 0.4985, 0.4000: prompt
+    # 0's share of 15 (0.33) is below min_count, so it gets 2 and the other 13 go by sigma: 4.62, 4.65, 3.73 -> 4, 5, 4
+    assert bare.tolist() == fn([np.zeros(0)] * 4, 15, c, hist).tolist() == [2, 4, 5, 4]
+    # each of those knobs moves these counts, so the comparison above sees a wrong fallback
+    for change in (
+        {"cures_prior_alpha": 2.0},
+        {"cures_prior_alpha": 1e-9},
+        {"cures_prior_beta": 2.0},
+        {"cures_prior_beta": 1e-9},
+        {"cures_min_count": 1},
+        {"cures_min_count": 3},
+    ):
+        assert fn([np.zeros(0)] * 4, 15, dataclasses.replace(c, **change), hist).tolist() != bare.tolist(), change
+
+
+def test_batch_counts_asks_a_history_allocator_with_no_rewards_and_returns_int64():
+    seen = {}
+
+    def first_gets_all(rewards, budget, knobs, history):
+        seen["sizes"] = [len(r) for r in rewards]
+        return [budget] + [0] * (len(rewards) - 1)  # a list: batch_counts makes it the int64 counts
+
+    register_allocator("first-gets-all", adaptive=False, uses_history=True)(first_gets_all)
+    try:
+        out = batch_counts(AllocationConfig(allocation="first-gets-all"), 3, 9)
+    finally:
+        del ALLOCATORS["first-gets-all"]
+    assert isinstance(out, np.ndarray) and out.dtype == np.int64 and out.tolist() == [9, 0, 0]
+    assert seen["sizes"] == [0, 0, 0]  # one batch: no rewards of the step yet
