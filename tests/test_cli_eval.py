@@ -117,6 +117,7 @@ def test_eval_malformed_row_names_file_and_row(env, tmp_path, capsys):
         (["--temperature", "0"], "--temperature must be a finite number > 0 (use --greedy"),
         (["--prompt-template", "no placeholder"], "--prompt-template must contain {prompt}"),
         (["--verifier", "no_such_verifier"], "unknown verifier 'no_such_verifier'"),
+        (["--verifier-args", "{timeoutt: 1}"], "verifier 'math': cannot instantiate with {'timeoutt': 1}"),
     ],
 )
 def test_eval_bad_options(env, tmp_path, capsys, args, message):

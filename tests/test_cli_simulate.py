@@ -4,6 +4,7 @@ listing every option, and bad input reported in one line with exit status 2."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -89,6 +90,56 @@ def test_bad_input_is_one_line(argv, match, capsys):
     assert main(["simulate", "--steps", "5", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("xrpo simulate: error:") and match in err and "\n" not in err
+
+
+GOOD_ROUND = {"step": 1, "round": 0, "alloc": [4, 4], "problems": ["a", "b"], "successes": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        ({"seeded": 5}, r"line 1: 'seeded' must be a list of prompt indices in \[0, 2\), got 5"),
+        ({"seeded": "0"}, r"line 1: 'seeded' must be a list of prompt indices in \[0, 2\), got '0'"),
+        ({"round": "x"}, r"line 1: 'round' must be an integer, got 'x'"),
+        ({"alloc": [True, 4], "successes": [True, 2]}, r"line 1: prompt 0 has successes=True of alloc=True"),
+        ({"problems": [["a"], "b"]}, r"line 1: 'problems'\[0\] must be a problem id \(a string\), got \['a'\]"),
+    ],
+)
+def test_a_malformed_rounds_file_names_the_line_and_field(tmp_path, capsys, row, match):
+    path = tmp_path / "rounds.jsonl"
+    path.write_text(json.dumps({**GOOD_ROUND, **row}) + "\n")
+    assert main(["simulate", "--steps", "3", "--rounds-file", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"xrpo simulate: error: {path} ") and "\n" not in err
+    assert re.search(match, err), err
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("methods: 5\n", r"c\.yaml: config field methods expects list\[str\], got list \[5\]"),
+        ("prompts: 8.5\n", r"c\.yaml: config field prompts expects int, got float 8\.5"),
+        ("t0: {a: 1}\n", r"c\.yaml: config field t0 expects float, got dict"),
+        ("lam: [1\n", r"c\.yaml: not valid YAML \(.* at line 2, column 1\)"),
+        (b"# caf\xe9\nlam: 1\n", r"c\.yaml line 1: not valid UTF-8"),
+        ("lam: 1\nlam: 2\n", r"c\.yaml: not valid YAML \(key 'lam' is given twice"),
+    ],
+)
+def test_a_bad_config_file_names_the_file_and_option(tmp_path, capsys, text, match):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert main(["simulate", "--steps", "3", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("xrpo simulate: error: --config: ") and "\n" not in err
+    assert re.search(match, err), err
+
+
+def test_a_directory_as_config_or_a_file_as_output_is_refused(tmp_path, capsys):
+    assert main(["simulate", "--steps", "3", "--config", str(tmp_path)]) == 2
+    assert f"--config: {tmp_path} is not a file; expected a YAML file" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(["simulate", "--steps", "3", "--no-plots", "--output", str(tmp_path / "notes.txt")]) == 2
+    assert "notes.txt is an existing file; expected a directory" in capsys.readouterr().err
 
 
 def test_help_lists_every_option_with_its_meaning():

@@ -128,24 +128,30 @@ def _simulate(args) -> int:
 
     values: dict = {}
     if args.config:
-        import yaml
+        from pathlib import Path
 
-        path = args.config
+        from xrpo.trainer.config_loader import read_yaml
+
+        path = Path(args.config)
+        if not path.exists():
+            raise FileNotFoundError(f"--config: {path} does not exist")
+        if not path.is_file():
+            raise ValueError(f"--config: {path} is not a file; expected a YAML file of options")
         try:
-            with open(path) as f:
-                loaded = yaml.safe_load(f)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"--config: {path} does not exist") from None
-        except yaml.YAMLError as e:
-            raise ValueError(f"--config: {path} is not valid YAML ({str(e).splitlines()[0]})") from None
-        loaded = loaded or {}
+            loaded = read_yaml(path) or {}  # its errors name the file and line
+        except ValueError as e:
+            raise ValueError(f"--config: {e}") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"--config: {path} must hold a mapping of options, got {type(loaded).__name__}")
         known = set(SimConfig.__dataclass_fields__)
-        for key in loaded:
+        hints = typing.get_type_hints(SimConfig)
+        for key, value in loaded.items():
             if key not in known:
                 raise ValueError(f"--config: {path} has unknown option {key!r}; valid: {', '.join(sorted(known))}")
-        values.update(loaded)
+            try:  # the type conversion the command-line flags get (`add_field_options`)
+                values[key] = coerce(value, key, hints[key])
+            except ValueError as e:
+                raise ValueError(f"--config: {path}: {e}") from None
     for name in SimConfig.__dataclass_fields__:
         if hasattr(args, name):  # given on the command line (defaults are suppressed): overrides the file
             values[name] = getattr(args, name)

@@ -359,6 +359,36 @@ def test_jsonl_line_not_an_object(tmp_path):
         load_problems(path)
 
 
+def test_text_that_is_not_utf8_names_the_line_and_column(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b'\n{"question": "caf\xe9", "answer": "1"}\n')
+    with pytest.raises(DataError, match=r"latin1\.jsonl line 2: not valid UTF-8 \(byte 0xe9 at column 18\)"):
+        load_problems(path)
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'[{"question": "q", "answer": "1"},\n {"question": "\xff", "answer": "2"}]')
+    with pytest.raises(DataError, match=r"latin1\.json line 2: not valid UTF-8 \(byte 0xff at column 16\)"):
+        load_problems(path)
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path):
+    rows = [GOOD, {"question": "q2", "answer": "2"}]
+    (tmp_path / "bom.jsonl").write_text("\ufeff" + "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "bom.json").write_text("\ufeff" + json.dumps(rows), encoding="utf-8")
+    assert [(p.prompt, p.answer) for p in load_problems(tmp_path / "bom.jsonl")] == [("q", "1"), ("q2", "2")]
+    assert [(p.prompt, p.answer) for p in load_problems(tmp_path / "bom.json")] == [("q", "1"), ("q2", "2")]
+
+
+def test_a_number_json_cannot_read_names_the_line(tmp_path):
+    # an integer beyond Python's int() digit limit raises ValueError (not JSONDecodeError) inside json
+    huge = '{"question": "q", "answer": ' + "9" * 5000 + "}"
+    (tmp_path / "huge.jsonl").write_text(json.dumps(GOOD) + "\n" + huge + "\n")
+    with pytest.raises(DataError, match=r"huge\.jsonl line 2: not valid JSON \(Exceeds the limit"):
+        load_problems(tmp_path / "huge.jsonl")
+    (tmp_path / "huge.json").write_text("[" + huge + "]")
+    with pytest.raises(DataError, match=r"huge\.json: not valid JSON \(Exceeds the limit"):
+        load_problems(tmp_path / "huge.json")
+
+
 def test_json_errors(tmp_path):
     path = tmp_path / "obj.json"
     path.write_text(json.dumps({"data": [GOOD]}))

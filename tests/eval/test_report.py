@@ -71,6 +71,52 @@ def test_report_errors(tmp_path):
         make_report(tmp_path)
 
 
+METRICS_ROW = {"step": 1, "rollout/reward_mean": 0.5, "time/step": 1.0, "time/generate": 0.5}
+
+
+@pytest.mark.parametrize(
+    "name, text, match",
+    [
+        ("metrics.jsonl", "[1]\n", r"metrics\.jsonl line 1: expected a JSON object, got list"),
+        ("metrics.jsonl", '{"rollout/reward_mean": 0.5}\n', r"metrics\.jsonl line 1: field 'step' must be an integer"),
+        ("metrics.jsonl", '{"step": "1"}\n', r"metrics\.jsonl line 1: field 'step' must be an integer, got '1'"),
+        ("metrics.jsonl", '{"step": 1, "time/step": [1]}\n', r"line 1: field 'time/step' must be a number, got \[1\]"),
+        (
+            "metrics.jsonl",
+            b'{"step": 1}\n{"step": 2, "x": "\xe9"}\n{"step": 3}\n',
+            r"metrics\.jsonl line 2: not valid UTF-8",
+        ),
+        ("eval.jsonl", "5\n", r"eval\.jsonl line 1: expected a JSON object, got int"),
+        (
+            "eval.jsonl",
+            '{"step": 1, "eval/pass@1": "x"}\n',
+            r"eval\.jsonl line 1: field 'eval/pass@1' must be a number",
+        ),
+        ("rounds.jsonl", '{"step": 1, "round": 1}\n', r"rounds\.jsonl line 1: field 'alloc' must be a list of numbers"),
+        ("rounds.jsonl", '{"step": 1, "round": "1", "alloc": [1]}\n', r"line 1: field 'round' must be an integer"),
+        ("summary.json", '{"method": "xrpo", "pass@1_bef', r"summary\.json: unreadable \(Unterminated string"),
+        ("summary.json", "[1, 2]", r"summary\.json: expected a JSON object, got list"),
+        ("summary.json", '{"rollouts": "many"}', r"summary\.json: field 'rollouts' must be a number, got 'many'"),
+        ("summary.json", '{"segments": [{"start_step": 0}]}', r"summary\.json: segments\[0\]\.end_step must be an int"),
+        ("config.yaml", "model: [\n", r"config\.yaml: not valid YAML"),
+        ("config.yaml", "- 1\n", r"config\.yaml: expected a mapping of config sections, got list"),
+        ("config.yaml", "method: xrpo\n", r"config\.yaml: section 'method' must be a mapping, got 'xrpo'"),
+    ],
+)
+def test_a_damaged_run_file_is_named_with_its_line_and_field(tmp_path, name, text, match):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(METRICS_ROW) + "\n")
+    (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ValueError, match=match):
+        make_report(tmp_path, html_page=False, log=lambda *_: None)
+
+
+def test_report_output_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(METRICS_ROW) + "\n")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"--output .*notes\.txt: .*notes\.txt is an existing file; expected a dir"):
+        make_report(tmp_path, tmp_path / "notes.txt", html_page=False, log=lambda *_: None)
+
+
 def test_report_counts_every_segment_of_a_resumed_run(tiny_run, tmp_path):
     from xrpo.trainer.loop import train
 

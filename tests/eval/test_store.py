@@ -109,6 +109,13 @@ def test_settings_are_checked(tmp_path):
     path.write_text("{")
     with pytest.raises(ValueError, match="not valid JSON"):
         store.check_settings(path, SETTINGS)
+    path.write_bytes(b'{"n": "\xe9"}')
+    with pytest.raises(ValueError, match=r"settings\.json: unreadable \('utf-8' codec .*use another --output"):
+        store.check_settings(path, SETTINGS)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(ValueError, match=r"settings\.json: unreadable \(\[Errno 21\] Is a directory"):
+        store.check_settings(path, SETTINGS)
 
 
 def test_settings_of_version_1(tmp_path):

@@ -324,6 +324,16 @@ def test_from_jsonl_malformed_row_names_the_row(tmp_path, line, match):
         ICLCorpus.from_jsonl(tmp_path / "nope.jsonl", HashEmbedder(dim=32))
 
 
+def test_from_jsonl_bytes_json_cannot_read_name_the_file(tmp_path):
+    f = tmp_path / "seed.jsonl"
+    f.write_bytes(b'{"problem_id": "a", "problem": "caf\xe9?", "solution": "s"}\n')
+    with pytest.raises(ValueError, match=r"seed\.jsonl: not valid UTF-8 \(byte 0xe9"):
+        ICLCorpus.from_jsonl(f, HashEmbedder(dim=32))
+    f.write_text('{"problem_id": "a", "problem": "A?", "solution": "s", "step": ' + "9" * 5000 + "}\n")
+    with pytest.raises(ValueError, match=r"seed\.jsonl, line 1: invalid JSON \(Exceeds the limit"):
+        ICLCorpus.from_jsonl(f, HashEmbedder(dim=32))
+
+
 def test_bad_arguments():
     c = filled()
     with pytest.raises(ValueError, match="max_per_problem"):

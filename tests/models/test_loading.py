@@ -92,3 +92,9 @@ def test_load_model_errors(tmp_path, saved):
             shutil.copy(f, tmp_path / f.name)
     with pytest.raises(FileNotFoundError, match=r"model.path '.*' could not be loaded as a transformers model"):
         loading.load_model(str(tmp_path))
+    # a directory that holds no model at all (transformers raises ValueError for its missing tokenizer)
+    other = tmp_path / "data"
+    other.mkdir()
+    (other / "train.jsonl").write_text('{"problem": "q", "answer": "1"}\n')
+    with pytest.raises(FileNotFoundError, match=rf"model.path '{other}' could not be loaded as a transformers model"):
+        loading.load_model(str(other))

@@ -109,6 +109,19 @@ def test_resume_picks_the_latest_complete_checkpoint_or_says_why_not(tmp_path):
     assert find_resume_checkpoint(checkpoint_dir(tmp_path, 2)) == checkpoint_dir(tmp_path, 2)  # a checkpoint itself
 
 
+def test_a_damaged_state_json_is_refused_naming_the_file(tmp_path):
+    d = fake_checkpoint(tmp_path, 2)
+    for text, match in [
+        ('{"step": 2, "samp', r"checkpoint .*step-00000002: state\.json unreadable"),
+        ("[1, 2]", r"step-00000002/state\.json: expected a JSON object, got list"),
+        ('{"step": "2"}', r"step-00000002/state\.json: field 'step' must be an integer >= 0, got '2'"),
+        (b'{"step": 2, "x": "\xe9"}', r"state\.json unreadable: 'utf-8' codec"),
+    ]:
+        (d / "state.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(CheckpointError, match=match):
+            load_state(d)
+
+
 def test_later_checkpoints_are_set_aside_not_deleted(tmp_path):
     for s in (1, 2, 3):
         fake_checkpoint(tmp_path, s)

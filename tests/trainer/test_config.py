@@ -225,6 +225,50 @@ def test_missing_config_file(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "text, match",
+    [
+        ("optim:\n  lr: [1, 2\n", r"cfg\.yaml: not valid YAML \(expected ',' or ']'.* at line 3, column 1\)"),
+        ("optim:\n\tlr: 1\n", r"cfg\.yaml: not valid YAML \(found character '\\t'.* at line 2, column 1\)"),
+        (b"steps: 1\n# caf\xe9\n", r"cfg\.yaml line 2: not valid UTF-8"),
+        ("steps: 1\nsteps: 2\n", r"cfg\.yaml: not valid YAML \(key 'steps' is given twice \(first on line 1\)"),
+        ("optim: {lr: 0.1}\noptim: {warmup_steps: 2}\n", r"key 'optim' is given twice .* at line 2, column 1"),
+        ("- steps\n", r"cfg\.yaml: expected a mapping at the top level, got list"),
+        ("optim: 5\n", r"config section 'optim' must be a mapping of its fields .*got int 5"),
+    ],
+)
+def test_a_config_file_that_cannot_be_read_names_the_file_and_line(tmp_path, text, match):
+    path = tmp_path / "cfg.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ValueError, match=match):
+        build_config(str(path))
+
+
+def test_a_config_directory_or_an_empty_section(tmp_path):
+    with pytest.raises(ValueError, match=rf"config file {tmp_path} is not a file; expected a YAML file"):
+        build_config(str(tmp_path))
+    (tmp_path / "cfg.yaml").write_text("steps: 3\noptim:\n#  lr: 0.1\n")  # every field of optim commented out
+    assert build_config(str(tmp_path / "cfg.yaml")).optim == TrainConfig().optim
+
+
+def test_a_runs_saved_config_that_cannot_be_read_names_the_file(tmp_path):
+    from xrpo.trainer.config_loader import load_run_config
+
+    path = tmp_path / "config.yaml"
+    with pytest.raises(FileNotFoundError, match=r"config\.yaml does not exist: not an xrpo run directory"):
+        load_run_config(path)
+    for text, match in [
+        ("model: [\n", r"config\.yaml: not valid YAML"),
+        ("- 1\n", r"config\.yaml: expected a mapping of config sections and fields, got list"),
+        ("optim:\n  lr: abc\n", r"config\.yaml: config field optim\.lr expects float, got str 'abc'"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            load_run_config(path)
+    path.write_text("steps: 3\n")
+    assert load_run_config(path).steps == 3
+
+
+@pytest.mark.parametrize(
     "path",
     sorted(
         p.relative_to(ROOT).as_posix() for p in [*(ROOT / "configs").glob("*.yaml"), *(ROOT / "study").glob("*.yaml")]

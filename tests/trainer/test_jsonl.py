@@ -49,3 +49,19 @@ def test_strict_refuses_a_bad_line_inside_the_file_naming_it(tmp_path):
         (1, '{"step": 1}', {"step": 1}),
         (2, '{"st', None),
     ]
+
+
+def test_bytes_that_are_not_utf8_or_a_number_json_cannot_read_name_the_line(tmp_path):
+    import pytest
+
+    from xrpo.trainer.jsonl import read_lines
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_bytes(b'{"step": 1}\n{"step": 2, "x": "\xe9"}\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 2: not valid UTF-8 \(byte 0xe9\); expected UTF-8"):
+        read_lines(p, strict=True)
+    # an integer beyond int()'s digit limit is json's ValueError, not JSONDecodeError: an unreadable line like another
+    p.write_text('{"step": 1}\n{"step": ' + "9" * 5000 + '}\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 2: not valid JSON \(Exceeds the limit"):
+        read_lines(p, strict=True)
+    assert read_jsonl(p) == ([{"step": 1}, {"step": 3}], 1)

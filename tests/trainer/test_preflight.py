@@ -80,3 +80,16 @@ def test_a_tracker_whose_package_is_missing_names_its_install_command(trainer_en
         assert not (tmp_path / "run").exists()
     finally:
         del TRACKERS["test-missing-package"]
+
+
+def test_references_the_verifier_cannot_grade_fail_before_the_model_is_loaded(trainer_env, tmp_path, monkeypatch):
+    """The data is needed to see it, the model is not: arithmetic answers given to the code verifier (every rollout
+    would score 0) are refused right after the data is read, naming the file and the problems."""
+
+    def fail(*_, **__):
+        raise AssertionError("the model was loaded before the references were checked")
+
+    monkeypatch.setattr(loop, "load_policy", fail)
+    ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1) + ["data.verifier=code"]
+    with pytest.raises(ValueError, match=r"data.train \(.*train\.jsonl\): 24 of 24 reference answers cannot be graded"):
+        train(build_config(None, ov), log=lambda *_: None)

@@ -73,3 +73,11 @@ def test_train_and_resume_are_refused_while_another_process_holds_the_run(traine
         proc.wait()
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_NAME}
     assert after == {p: b for p, b in before.items() if p.name != LOCK_NAME}  # nothing was changed
+
+
+def test_an_output_that_is_a_file_is_refused_naming_it(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a directory")
+    for out in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "run"):
+        with pytest.raises(ValueError, match=rf"output {out}: {tmp_path / 'notes.txt'} is an existing file; expected"):
+            with RunLock(out, "xrpo train", log=quiet):
+                pass

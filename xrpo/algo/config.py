@@ -52,6 +52,7 @@ __all__ = [
     "check_knob_fields",
     "check_knobs",
     "check_number",
+    "is_int",
     "knob",
     "knob_section",
     "knob_names",
@@ -281,7 +282,8 @@ def _one_of(choices: tuple[str, ...]) -> str:
     return "must be one of " + (", ".join(choices[:-1]) + " or " + choices[-1] if len(choices) > 1 else choices[0])
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
+    """An int that is not a bool (True == 1 is no count), the rule of `check_int` and of the readers of JSON records."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -293,8 +295,8 @@ def _check_choice(obj: Any, where: str, name: str, choices: tuple[str, ...]) -> 
 def check_int(obj: Any, where: str, name: str, least: int, why: str = "") -> None:
     """``obj.name`` is an int (not a bool) >= ``least``; else a ValueError naming ``where`` + ``name``."""
     v = getattr(obj, name)
-    if not _is_int(v) or v < least:
-        _fail(where, name, f"must be {'' if _is_int(v) else 'an int '}>= {least}{why}", v)
+    if not is_int(v) or v < least:
+        _fail(where, name, f"must be {'' if is_int(v) else 'an int '}>= {least}{why}", v)
 
 
 def check_number(

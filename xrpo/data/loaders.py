@@ -55,22 +55,47 @@ def _detect_format(path: Path, spell: Callable = python_spelling) -> str:
     )
 
 
+def _not_utf8(path: Path) -> DataError:
+    """The error for a file that is not UTF-8 text, naming the line and column of its first bad byte."""
+    raw = path.read_bytes()
+    bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        raw[bom:].decode("utf-8")
+        pos = len(raw) - 1  # not reached: the caller's decoder failed on these bytes
+    except UnicodeDecodeError as e:
+        pos = bom + e.start
+    line = raw.count(b"\n", 0, pos) + 1
+    col = pos - (raw.rfind(b"\n", 0, pos) + 1) + 1
+    return DataError(
+        f"{path} line {line}: not valid UTF-8 (byte 0x{raw[pos]:02x} at column {col}); "
+        "expected UTF-8 text: re-save the file as UTF-8"
+    )
+
+
 def _iter_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path} line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
-            yield f"line {lineno}", record
+    # utf-8-sig: a byte-order mark (some Windows editors write one) is skipped
+    with open(path, encoding="utf-8-sig") as f:
+        try:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path} line {lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+                except ValueError as e:  # e.g. an integer beyond Python's digit limit for int()
+                    raise DataError(f"{path} line {lineno}: not valid JSON ({e})") from None
+                yield f"line {lineno}", record
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
 
 
 def _iter_json(path: Path, spell: Callable = python_spelling) -> Iterator[tuple[str, Any]]:
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         try:
             data = json.load(f)
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
         except json.JSONDecodeError as e:
             hint = (
                 f" (it looks like JSON Lines: use a .jsonl extension or {spell('fmt', 'jsonl')})"
@@ -78,6 +103,8 @@ def _iter_json(path: Path, spell: Callable = python_spelling) -> Iterator[tuple[
                 else ""
             )
             raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}){hint}") from None
+        except ValueError as e:  # e.g. an integer beyond Python's digit limit for int()
+            raise DataError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of objects at the top level, got {type(data).__name__}")
     for i, record in enumerate(data):

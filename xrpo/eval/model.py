@@ -133,11 +133,9 @@ class ResolvedModel:
 
 def resolve_model(spec: str) -> ResolvedModel:
     """Where the weights come from and which training config supplies the defaults (see `EvalConfig.model`)."""
-    import yaml
-
     from xrpo.trainer import checkpoint as ckpt
     from xrpo.trainer.config import TrainConfig
-    from xrpo.trainer.config_loader import from_dict
+    from xrpo.trainer.config_loader import load_run_config
 
     p = Path(spec).expanduser()
     if p.is_dir():
@@ -157,9 +155,9 @@ def resolve_model(spec: str) -> ResolvedModel:
             cfg = TrainConfig()
             if run_dir is not None:
                 try:
-                    cfg = from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()) or {})
-                except (ValueError, yaml.YAMLError) as e:
-                    raise ValueError(f"model {spec}: cannot read {run_dir / 'config.yaml'}: {e}") from None
+                    cfg = load_run_config(run_dir / "config.yaml")
+                except ValueError as e:  # it names the file
+                    raise ValueError(f"model {spec}: cannot read the run's config: {e}") from None
             return ResolvedModel(
                 spec, str(ckpt_dir / "model"), run_defaults(cfg), str(run_dir) if run_dir else None, str(ckpt_dir)
             )

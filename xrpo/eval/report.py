@@ -20,8 +20,11 @@ import base64
 import html
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
+
+from xrpo.algo.config import is_int
 
 __all__ = ["make_report", "results_markdown"]
 
@@ -142,6 +145,116 @@ class _Page:
         return "\n".join(out) + "\n</body></html>\n"
 
 
+# ------------------------------------------------------------------------------------------ reading a run's files
+# What the page reads from each file is checked as it is read: a damaged or hand-edited file fails naming the file,
+# the line and the field, not deep inside a plot.
+TIME_PARTS = ("time/generate", "time/verify", "time/plan", "time/retrieve", "time/old_logprobs", "time/update")
+METRIC_KEYS = (
+    "rollout/reward_mean",
+    "rollout/solved_prompt_frac",
+    "rollout/count",
+    "loss/tokens",
+    "icl/seeded_prompts",
+    "icl/flips",
+    "adv/sharpened_count",
+    "time/step",
+    *TIME_PARTS,
+)
+_EVAL_KEY = re.compile(r"eval/(pass|cons)@(\d+)")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_numbers(mapping: dict, keys, where: str, *, null: bool = True) -> None:
+    for key in keys:
+        if key in mapping and not (_is_number(mapping[key]) or (null and mapping[key] is None)):
+            raise ValueError(f"{where}: field {key!r} must be a number, got {mapping[key]!r}")
+
+
+def _read_records(path: Path, check=None) -> list[dict]:
+    """The rows of one of the run's JSONL records (`read_lines`' rules: a last line cut short by a kill is skipped):
+    JSON objects with an integer ``step``, each also passed to ``check(row, where)``."""
+    from xrpo.trainer.jsonl import read_lines
+
+    rows = []
+    for ln in read_lines(path, strict=True)[0]:
+        row, where = ln.row, f"{path} line {ln.number}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        if not is_int(row.get("step")):
+            raise ValueError(f"{where}: field 'step' must be an integer, got {row.get('step')!r}")
+        if check is not None:
+            check(row, where)
+        rows.append(row)
+    return rows
+
+
+def _check_metrics(row: dict, where: str) -> None:
+    _check_numbers(row, METRIC_KEYS, where)
+
+
+def _check_eval(row: dict, where: str) -> None:
+    _check_numbers(row, [k for k in row if _EVAL_KEY.fullmatch(k)], where)
+
+
+def _check_round(row: dict, where: str) -> None:
+    if "round" in row and not is_int(row["round"]):
+        raise ValueError(f"{where}: field 'round' must be an integer, got {row['round']!r}")
+    if row.get("round", 0) > 0:
+        alloc = row.get("alloc")
+        if not isinstance(alloc, list) or not all(_is_number(a) for a in alloc):
+            raise ValueError(f"{where}: field 'alloc' must be a list of numbers (rollouts per prompt), got {alloc!r}")
+
+
+def _check_segments(segments, where: str) -> list[dict]:
+    if not isinstance(segments, list):
+        raise ValueError(f"{where}: field 'segments' must be a list of objects, got {segments!r}")
+    for i, seg in enumerate(segments):
+        if not isinstance(seg, dict):
+            raise ValueError(f"{where}: segments[{i}] must be an object, got {seg!r}")
+        for key in ("start_step", "end_step"):
+            if not is_int(seg.get(key)):
+                raise ValueError(f"{where}: segments[{i}].{key} must be an integer, got {seg.get(key)!r}")
+        if not _is_number(seg.get("wall_time_s")):
+            raise ValueError(f"{where}: segments[{i}].wall_time_s must be a number, got {seg.get('wall_time_s')!r}")
+        _check_numbers(seg, ("discarded_time_s", "discarded_steps"), f"{where}: segments[{i}]", null=False)
+    return segments
+
+
+def _read_summary(path: Path) -> dict:
+    """summary.json ({} when absent): a JSON object whose figures the page shows are numbers."""
+    if not path.exists():
+        return {}
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8
+        raise ValueError(f"{path}: unreadable ({e}); expected the JSON object xrpo train writes") from None
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(summary).__name__}")
+    keys = ("rollouts", "tokens", "wall_time_s", "pass@1_before", "pass@1_after", "discarded_time_s", "discarded_steps")
+    _check_numbers(summary, keys, str(path))
+    if summary.get("segments") is not None:
+        _check_segments(summary["segments"], str(path))
+    return summary
+
+
+def _read_config(path: Path) -> dict:
+    """The run's config.yaml ({} when absent), as far as the page reads it: a mapping of sections."""
+    if not path.exists():
+        return {}
+    from xrpo.trainer.config_loader import read_yaml
+
+    config = read_yaml(path) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a mapping of config sections, got {type(config).__name__}")
+    for section in ("method", "model", "data"):
+        if config.get(section) is not None and not isinstance(config[section], dict):
+            raise ValueError(f"{path}: section {section!r} must be a mapping, got {config[section]!r}")
+    return config
+
+
 def _last_per_step(rows: list[dict]) -> list[dict]:
     """One metrics row per step, the last written, in step order (the runs of an xrpo before issue #21 logged the
     steps redone after a resume twice)."""
@@ -154,10 +267,13 @@ def _checkpoint_segments(run: Path) -> list[dict]:
     from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints, load_state
 
     found = list_checkpoints(run)
+    if not found:
+        return []
     try:
-        return load_state(found[-1]).get("segments", []) if found else []
+        segments = load_state(found[-1]).get("segments", [])
     except CheckpointError:
         return []
+    return _check_segments(segments, str(found[-1] / "state.json"))
 
 
 def _segment_facts(segments: list[dict], summary: dict) -> list[list[str]]:
@@ -185,9 +301,6 @@ def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
     return [p[0] for p in pts], [float(p[1]) for p in pts]
 
 
-TIME_PARTS = ("time/generate", "time/verify", "time/plan", "time/retrieve", "time/old_logprobs", "time/update")
-
-
 def make_report(
     run_dir: str | os.PathLike, output: str | os.PathLike | None = None, *, html_page: bool = True, log=print
 ) -> Path:
@@ -197,22 +310,21 @@ def make_report(
     matplotlib.
     """
     import numpy as np
-    import yaml
 
     from xrpo.eval import plots
-    from xrpo.trainer.jsonl import read_jsonl
+    from xrpo.trainer.runlock import make_output_dir
 
     run = Path(run_dir)
     if not (run / "metrics.jsonl").is_file():
         raise FileNotFoundError(f"{run}: no metrics.jsonl; expected an xrpo training run directory")
     out = Path(output) if output else run / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    logged = read_jsonl(run / "metrics.jsonl", strict=True)[0]
+    make_output_dir(out, "--output")
+    logged = _read_records(run / "metrics.jsonl", _check_metrics)
     metrics = _last_per_step(logged)
-    evals = read_jsonl(run / "eval.jsonl", strict=True)[0]
-    rounds = read_jsonl(run / "rounds.jsonl", strict=True)[0]
-    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
-    config = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").is_file() else {}
+    evals = _read_records(run / "eval.jsonl", _check_eval)
+    rounds = _read_records(run / "rounds.jsonl", _check_round)
+    summary = _read_summary(run / "summary.json")
+    config = _read_config(run / "config.yaml")
     method = (config.get("method") or {}).get("name") or summary.get("method") or "?"
     if not metrics:
         raise ValueError(f"{run / 'metrics.jsonl'}: no training steps logged yet")
@@ -245,7 +357,7 @@ def make_report(
     elif summary.get("wall_time_s") is not None:  # a summary.json written before segments were recorded
         facts.append(["wall time", f"{summary['wall_time_s']:.0f} s (of its last segment, if it was resumed)"])
     if summary:
-        if summary.get("pass@1_before") is not None:
+        if summary.get("pass@1_before") is not None and summary.get("pass@1_after") is not None:
             facts.append(
                 [
                     "held-out pass@1",
@@ -285,7 +397,7 @@ def make_report(
     # -------- held-out
     page.h(2, "Held-out accuracy")
     keys = sorted(
-        {k for r in evals for k in r if k.startswith("eval/") and ("pass@" in k or "cons@" in k)},
+        {k for r in evals for k in r if _EVAL_KEY.fullmatch(k)},
         key=lambda k: ("cons@" in k, int(k.split("@")[1])),
     )  # pass@k by k, then cons@n
     if keys:

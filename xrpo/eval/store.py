@@ -87,9 +87,13 @@ def check_settings(path: Path, settings: dict) -> None:
     if not path.exists():
         return
     try:
-        saved = json.loads(path.read_text())
+        saved = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e}); use another --output") from None
+    except (OSError, ValueError) as e:  # not UTF-8, a directory, ...
+        raise ValueError(
+            f"{path}: unreadable ({e}); expected the JSON settings xrpo eval writes: use another --output"
+        ) from None
     if not isinstance(saved, dict):
         raise ValueError(
             f"{path}: expected a JSON object of settings, got {type(saved).__name__}; use another --output"

@@ -469,12 +469,18 @@ class ICLCorpus:
         ids, texts, solutions, steps = [], [], [], []
         first_text: dict[str, tuple[str, int]] = {}
         with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
+            try:
+                lines = list(enumerate(f, 1))
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{path}: not valid UTF-8 (byte 0x{e.object[e.start]:02x}: {e.reason}); expected UTF-8 JSON lines"
+                ) from None
+            for lineno, line in lines:
                 if not line.strip():
                     continue
                 try:
                     rec = json.loads(line)
-                except json.JSONDecodeError as e:
+                except ValueError as e:  # JSONDecodeError, or an integer beyond Python's digit limit for int()
                     raise ValueError(f"{path}, line {lineno}: invalid JSON ({e})") from e
                 if not isinstance(rec, dict):
                     raise ValueError(f"{path}, line {lineno}: expected a JSON object, got {type(rec).__name__}")

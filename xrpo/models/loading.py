@@ -117,7 +117,7 @@ def load_model(
     try:
         tokenizer = load_tokenizer(src, gguf_file=gguf_file)
         model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), **kw)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # ValueError: e.g. a directory with no tokenizer or config transformers reads
         raise FileNotFoundError(f"model.path {src!r} could not be loaded as a transformers model: {e}") from None
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return model, tokenizer, src

@@ -186,7 +186,10 @@ def get_verifier(name: str, **kwargs: Any) -> Verifier:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"verifier: expected a registered name or a dotted path 'pkg.mod:obj', got {name!r}")
     if name in VERIFIERS:
-        verifier = VERIFIERS[name](**kwargs)
+        try:
+            verifier = VERIFIERS[name](**kwargs)
+        except TypeError as e:  # an unknown or missing keyword argument (as `_as_verifier` does for a dotted path)
+            raise ValueError(f"verifier {name!r}: cannot instantiate with {kwargs}: {e}") from e
         if not isinstance(verifier, Verifier):
             verifier = FunctionVerifier(verifier, name)
         return verifier

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xrpo.algo.config import is_int
 from xrpo.algo.stats import mean_ci
 from xrpo.trainer.jsonl import read_lines
 
@@ -121,14 +122,26 @@ def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.n
                 f"{len(succ) if isinstance(succ, list) else succ!r}"
             )
         for j, (a, s) in enumerate(zip(alloc, succ)):
-            if not (isinstance(a, int) and isinstance(s, int) and 0 <= s <= a):
+            if not (is_int(a) and is_int(s) and 0 <= s <= a):
                 raise ValueError(
                     f"{p} line {lineno}: prompt {j} has successes={s!r} of alloc={a!r}; expected "
                     "integers with 0 <= successes <= alloc"
                 )
+        for j, pid in enumerate(probs):
+            if not (isinstance(pid, str) or is_int(pid)):
+                raise ValueError(f"{p} line {lineno}: 'problems'[{j}] must be a problem id (a string), got {pid!r}")
         step = row["step"]
-        if not isinstance(step, int):
+        if not is_int(step):
             raise ValueError(f"{p} line {lineno}: 'step' must be an integer, got {step!r}")
+        if "round" in row and not is_int(row["round"]):
+            raise ValueError(f"{p} line {lineno}: 'round' must be an integer, got {row['round']!r}")
+        seeded = row.get("seeded")
+        if seeded is not None and not (
+            isinstance(seeded, list) and all(is_int(j) and 0 <= j < len(alloc) for j in seeded)
+        ):
+            raise ValueError(
+                f"{p} line {lineno}: 'seeded' must be a list of prompt indices in [0, {len(alloc)}), got {seeded!r}"
+            )
         # a new block: another step, or the same step started again (a resumed run redoing it: resume is exact, so
         # it repeats the step's first row; a planned round 0 after a round > 0 also marks a restart)
         if (

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from xrpo.sim.runner import SimConfig, parse_sweep, simulate, sweep
 from xrpo.trainer.checkpoint import write_atomic
+from xrpo.trainer.runlock import make_output_dir
 
 __all__ = ["METRICS", "markdown_table", "run_cli", "sweep_table"]
 
@@ -156,7 +157,7 @@ def run_cli(
     Markdown, the JSON and (matplotlib installed and ``plots``) the PNGs there."""
     out = Path(output) if output else None
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        make_output_dir(out, "--output")
     if sweep_spec:
         name, values = parse_sweep(sweep_spec)
         sw = sweep(cfg, name, values)

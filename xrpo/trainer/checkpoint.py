@@ -177,7 +177,15 @@ def update_state(ckpt: Path, **fields) -> None:
 
 
 def load_state(ckpt: Path) -> dict:
+    """A checkpoint's state.json: a JSON object with an integer ``step`` (CheckpointError, naming the file, if not)."""
+    path = Path(ckpt) / "state.json"
     try:
-        return json.loads((ckpt / "state.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, an integer beyond int()'s digit limit
         raise CheckpointError(f"checkpoint {ckpt}: state.json unreadable: {e}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(state).__name__}")
+    step = state.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{path}: field 'step' must be an integer >= 0, got {step!r}")
+    return state

@@ -21,7 +21,16 @@ from xrpo.algo.presets import get_preset, list_presets
 from xrpo.trainer.config import SECTIONS, TrainConfig
 from xrpo.trainer.fields import coerce, field_docs
 
-__all__ = ["build_config", "flatten", "from_dict", "help_text", "load_config_file", "to_dict"]
+__all__ = [
+    "build_config",
+    "flatten",
+    "from_dict",
+    "help_text",
+    "load_config_file",
+    "load_run_config",
+    "read_yaml",
+    "to_dict",
+]
 
 
 def _set(cfg: TrainConfig, key: str, value: Any) -> None:
@@ -35,6 +44,11 @@ def _set(cfg: TrainConfig, key: str, value: Any) -> None:
             f"unknown config key {key!r}; keys are FIELD or SECTION.FIELD with SECTION in {list(SECTIONS)}"
         )
     valid = [f.name for f in fields(obj)]
+    if len(parts) == 1 and attr in SECTIONS:  # `optim:` with nothing, or `optim: 5`, instead of its fields
+        raise ValueError(
+            f"config section {attr!r} must be a mapping of its fields (e.g. {attr}: {{FIELD: VALUE}}), "
+            f"got {type(value).__name__} {value!r}"
+        )
     if attr not in valid or attr in SECTIONS:
         where = parts[0] if len(parts) == 2 else "top level"
         raise ValueError(f"unknown config key {key!r}: {where} has fields {[v for v in valid if v not in SECTIONS]}")
@@ -48,6 +62,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}{k}"
         if isinstance(v, dict) and k in SECTIONS and not prefix:
             out.update(flatten(v, key + "."))
+        elif v is None and k in SECTIONS and not prefix:
+            continue  # `optim:` with every field commented out: an empty section
         else:
             out[key] = v
     return out
@@ -64,16 +80,20 @@ def load_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _load_config_file(p: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+    named = f" (the base named in {chain[-1]})" if chain else ""
     if not p.is_file():
-        raise FileNotFoundError(
-            f"config file {p} does not exist" + (f" (the base named in {chain[-1]})" if chain else "")
-        )
+        if p.exists():
+            raise ValueError(f"config file {p}{named} is not a file; expected a YAML file")
+        raise FileNotFoundError(f"config file {p} does not exist{named}")
     real = p.resolve()
     if real in chain:
         raise ValueError(f"config file {p}: its base chain loops: {' -> '.join(str(c) for c in (*chain, real))}")
-    loaded = yaml.safe_load(p.read_text()) or {}
+    try:
+        loaded = read_yaml(p) or {}
+    except ValueError as e:
+        raise ValueError(f"config file {e}") from None
     if not isinstance(loaded, dict):
-        raise ValueError(f"config file {p}: expected a mapping at the top level")
+        raise ValueError(f"config file {p}: expected a mapping at the top level, got {type(loaded).__name__}")
     base = loaded.pop("base", None)
     values: dict[str, Any] = {}
     if base is not None:
@@ -119,6 +139,8 @@ def to_dict(cfg: TrainConfig) -> dict:
 
 def from_dict(d: dict) -> TrainConfig:
     """Exact inverse of `to_dict` (used to reload a run's config.yaml on resume)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"expected a mapping of config sections and fields, got {type(d).__name__}")
     cfg = TrainConfig()
     for k, v in flatten(d).items():
         if k == "method.name":
@@ -126,6 +148,57 @@ def from_dict(d: dict) -> TrainConfig:
             continue
         _set(cfg, k, v)
     return cfg.validate()
+
+
+def load_run_config(path: str | Path) -> TrainConfig:
+    """A run's saved config.yaml (what `xrpo train` wrote, for ``--resume`` and `xrpo eval RUN`); any error names
+    the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} does not exist: not an xrpo run directory (its config.yaml is missing)")
+    values = read_yaml(p) or {}  # its errors name the file
+    try:
+        return from_dict(values)
+    except ValueError as e:
+        raise ValueError(f"{p}: {e}") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a key given twice in one mapping (PyYAML keeps the last silently: a second
+    ``optim:`` section would drop the first one's fields)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (first on line {first})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(p: Path) -> Any:
+    """The YAML value of file ``p``; ValueError naming the file (and line) when it is not UTF-8 or not YAML."""
+    if p.is_dir():
+        raise ValueError(f"{p} is a directory; expected a YAML file")
+    try:
+        return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except UnicodeDecodeError as e:
+        line = p.read_bytes().count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{p} line {line}: not valid UTF-8 ({e.reason}); expected a YAML text file") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ValueError(f"{p}: not valid YAML ({what}{where})") from None
 
 
 def help_text() -> str:

@@ -42,7 +42,14 @@ def read_lines(
     path = Path(path)
     if not path.exists():
         return [], 0
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:  # whole-file decoding: e.start is the offset of the first bad byte
+        raw = path.read_bytes()
+        number = raw.count(b"\n", 0, e.start) + 1
+        raise ValueError(
+            f"{path} line {number}: not valid UTF-8 (byte 0x{raw[e.start]:02x}); expected UTF-8 JSON lines{why}"
+        ) from None
     # the line a kill can have cut short: the last one with text (blank lines may follow it)
     last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
     out: list[Line] = []
@@ -53,15 +60,15 @@ def read_lines(
         try:
             out.append(Line(i, line, json.loads(line)))
             continue
-        except json.JSONDecodeError as e:
-            error = e.msg
+        except ValueError as e:  # JSONDecodeError, or an integer beyond Python's digit limit for int()
+            error = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
         bad += 1
         cut = line.rfind('{"step"') if glued else -1
         if cut > 0:
             try:
                 out.append(Line(i, line[cut:], json.loads(line[cut:])))
                 continue
-            except json.JSONDecodeError:
+            except ValueError:
                 pass
         if strict and i != last:
             raise ValueError(f"{path} line {i}: not valid JSON ({error}){why}")

@@ -85,7 +85,7 @@ from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
 from xrpo.trainer import checkpoint as ckpt
 from xrpo.trainer.config import TrainConfig
-from xrpo.trainer.config_loader import from_dict, to_dict
+from xrpo.trainer.config_loader import load_run_config, to_dict
 from xrpo.trainer.logging import MechanismTotals, RunLogger
 from xrpo.trainer.memory import format_estimate
 from xrpo.trainer.preempt import StopSignals, TrainingStopped
@@ -168,8 +168,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
         output = ckpt_path.parent.parent
         lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))
         state = ckpt.load_state(ckpt_path)
-        saved = yaml.safe_load((output / "config.yaml").read_text())
-        cfg = from_dict(saved)
+        cfg = load_run_config(output / "config.yaml")
         check_before_loading(cfg)
         log(f"resuming {output} from {ckpt_path.name}")
     else:
@@ -197,6 +196,10 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
     torch.manual_seed(cfg.seed)
 
     train_problems, heldout = load_data(cfg, log=log)
+    # a reference the verifier cannot grade would score every rollout 0: refused before the model is loaded
+    verifier = get_verifier(cfg.data.verifier, **cfg.data.verifier_args)
+    raise_reference_errors(verifier, train_problems, f"data.train ({cfg.data.train})")
+    raise_reference_errors(verifier, heldout, f"data.heldout ({cfg.data.heldout})")
     model, tokenizer, init_path = load_policy(
         cfg, checkpoint_model=str(ckpt_path / "model") if ckpt_path is not None else None, log=log
     )
@@ -208,9 +211,6 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     renderer = make_renderer(cfg, tokenizer)
     check_prompt_lengths(cfg, tokenizer, renderer, train_problems + heldout)
-    verifier = get_verifier(cfg.data.verifier, **cfg.data.verifier_args)
-    raise_reference_errors(verifier, train_problems, f"data.train ({cfg.data.train})")
-    raise_reference_errors(verifier, heldout, f"data.heldout ({cfg.data.heldout})")
     corpus = None
     if m.icl:
         corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)

@@ -29,6 +29,21 @@ class RunLockedError(ValueError):
     """The directory is held by another live process (its message names the pid and host)."""
 
 
+def make_output_dir(directory: str | Path, option: str) -> Path:
+    """Create output directory ``directory`` (and its parents) if needed; ValueError naming ``option`` (how the user
+    gave it: ``output``, ``--output``) and the path when it, or a parent, exists and is not a directory."""
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        raise ValueError(
+            f"{option} {path}: {blocker} is an existing file; expected a directory (or a path that does not exist "
+            "yet, which is created)"
+        ) from None
+    return path
+
+
 class RunLock:
     """``with RunLock(dir, "xrpo train", log=...):`` holds ``dir`` or raises `RunLockedError` at once.
 
@@ -42,7 +57,7 @@ class RunLock:
         self._fd: int | None = None
 
     def __enter__(self) -> RunLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_output_dir(self.path.parent, "output")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
