@@ -134,6 +134,17 @@ def test_a_bad_config_file_names_the_file_and_option(tmp_path, capsys, text, mat
     assert re.search(match, err), err
 
 
+def test_a_value_out_of_range_in_a_config_file_names_the_file(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("lam: .nan\n")
+    assert main(["simulate", "--steps", "3", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "xrpo simulate: error: lam: config field lam must be a finite number >= 0, got nan "
+        f"(options from --config {path} and the command line)"
+    )
+
+
 def test_a_directory_as_config_or_a_file_as_output_is_refused(tmp_path, capsys):
     assert main(["simulate", "--steps", "3", "--config", str(tmp_path)]) == 2
     assert f"--config: {tmp_path} is not a file; expected a YAML file" in capsys.readouterr().err

@@ -157,8 +157,10 @@ def _simulate(args) -> int:
             values[name] = getattr(args, name)
     try:
         cfg = SimConfig(**values)
-    except TypeError as e:  # a wrongly typed value from the YAML file
-        raise ValueError(f"bad option value: {e}") from None
+    except (TypeError, ValueError) as e:  # a value out of range: say where the values came from
+        msg = f"bad option value: {e}" if isinstance(e, TypeError) else str(e)
+        given = f" (options from --config {args.config} and the command line)" if args.config else ""
+        raise ValueError(msg + given) from None
     run_cli(cfg, output=args.output, sweep_spec=args.sweep, plots=not args.no_plots)
     return 0
 
