@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -116,8 +117,9 @@ def test_vanilla_hand_computed_gradient():
         (-1.0, 0.5, 0.8, 0.0),
         (-1.0, 0.9, 0.9, 0.9),
         (-1.0, 1.5, 1.5, 1.5),
-        # A = 0: no loss, no gradient, whatever the ratio
+        # A = 0: no loss, no gradient and no clip counted, whatever the ratio
         (0.0, 3.0, 0.0, 0.0),
+        (0.0, 0.5, 0.0, 0.0),
     ],
 )
 def test_vanilla_clip_both_sides(adv, ratio, loss, grad):
@@ -129,6 +131,45 @@ def test_vanilla_clip_both_sides(adv, ratio, loss, grad):
     torch.testing.assert_close(_grad(out, logp), _t([[grad]]))
     assert m["loss/clipfrac_high"] == (1.0 if adv > 0 and ratio > 1.28 else 0.0)
     assert m["loss/clipfrac_low"] == (1.0 if adv < 0 and ratio < 0.8 else 0.0)
+
+
+def test_vanilla_zero_clip_range():
+    # eps_low = eps_high = 0 is legal (eps_low in [0, 1), eps_high >= 0): clip(r, 1, 1) = 1, so
+    # loss_t = -min(r A, A).  row 0: A = +1, r = [1.5, 1] -> [-1, -1];  row 1: A = -2, r = [0.5, 1] -> [2, 2]
+    logp = _t([[math.log(1.5), 0.0], [math.log(0.5), 0.0]])
+    loss, m = get_policy_loss("vanilla")(
+        logp,
+        torch.zeros(2, 2, dtype=torch.float64),
+        _t([1.0, -2.0]),
+        torch.ones(2, 2),
+        clip_low=0.0,
+        clip_high=0.0,
+        agg_mode="token-mean",
+    )
+    # (-1 - 1 + 2 + 2) / 4 tokens
+    assert loss.item() == 0.5
+    # r = 1.5 > 1 with A > 0 (high clip), r = 0.5 < 1 with A < 0 (low clip): 1 of 4 tokens each
+    assert m["loss/clipfrac_high"] == 0.25
+    assert m["loss/clipfrac_low"] == 0.25
+
+
+def test_validation_messages_state_the_accepted_range():
+    lp, mask = torch.zeros(1, 2), torch.ones(1, 2)
+    fn = get_policy_loss("vanilla")
+    with pytest.raises(ValueError, match=r"^clip_low: expected a finite number >= 0\.0 and < 1\.0, got 1\.0$"):
+        fn(lp, lp, torch.zeros(1), mask, clip_low=1.0, clip_high=0.2, agg_mode="token-mean")
+    with pytest.raises(ValueError, match=r"^clip_high: expected a finite number >= 0\.0, got -0\.1$"):
+        fn(lp, lp, torch.zeros(1), mask, clip_low=0.2, clip_high=-0.1, agg_mode="token-mean")
+    with pytest.raises(ValueError, match=r"^max_tokens: expected a finite number > 0\.0, got 0$"):
+        aggregate_loss(lp, mask, "seq-mean-token-sum-norm", max_tokens=0)
+    # the advantage shapes each loss accepts: "vanilla" also per token, "gspo" one per sequence only
+    kw = dict(clip_low=0.2, clip_high=0.2, agg_mode="token-mean")
+    with pytest.raises(ValueError, match=r"^advantages: expected shape \(1,\) or \(1, 2\), got \(3,\)$"):
+        fn(lp, lp, torch.zeros(3), mask, **kw)
+    with pytest.raises(
+        ValueError, match=r"^advantages: expected shape \(1,\) \(one advantage per sequence\), got \(1, 2\)$"
+    ):
+        get_policy_loss("gspo")(lp, lp, torch.zeros(1, 2), mask, **kw)
 
 
 @pytest.mark.parametrize("agg_mode", AGG_MODES)
@@ -322,6 +363,34 @@ def test_aggregate_loss_validation():
     torch.testing.assert_close(
         aggregate_loss(torch.ones(2, 3), m, "token-mean", global_tokens=torch.tensor(12)), torch.tensor(0.5)
     )
+
+
+def test_aggregate_loss_smallest_counts():
+    # one valid token / one non-empty sequence: the smallest legal denominators (1) are accepted and used as is
+    one_tok = _t([[3.0, NAN]])
+    one_tok_mask = torch.tensor([[1, 0]])
+    # token-mean: 3 / 1 token, locally or with global_tokens = 1
+    assert aggregate_loss(one_tok, one_tok_mask, "token-mean").item() == 3.0
+    assert aggregate_loss(one_tok, one_tok_mask, "token-mean", global_tokens=1).item() == 3.0
+    # a batch with a single non-empty sequence (the other one fully masked): the seq-mean divides by 1
+    loss_mat = _t([[1.0, 2.0, NAN], [7.0, 7.0, 7.0]])
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    # seq-mean-token-mean: (1 + 2) / 2 tokens = 1.5, over 1 sequence
+    assert aggregate_loss(loss_mat, mask, "seq-mean-token-mean").item() == 1.5
+    assert aggregate_loss(loss_mat, mask, "seq-mean-token-mean", global_seqs=1).item() == 1.5
+    # seq-mean-token-sum-norm with a generation budget of one token: (1 + 2) / 1, over 1 sequence
+    assert aggregate_loss(loss_mat, mask, "seq-mean-token-sum-norm", max_tokens=1).item() == 3.0
+    assert aggregate_loss(loss_mat, mask, "seq-mean-token-sum-norm", max_tokens=1, global_seqs=1).item() == 3.0
+
+
+def test_aggregate_loss_rejects_zero_global_counts():
+    # a global count of 0 would divide by zero (NaN loss), even for a micro-batch with no valid token
+    loss_mat, mask = torch.zeros(2, 3), torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="global_tokens"):
+        aggregate_loss(loss_mat, mask, "token-mean", global_tokens=0)
+    for agg_mode in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        with pytest.raises(ValueError, match="global_seqs"):
+            aggregate_loss(loss_mat, mask, agg_mode, global_seqs=0, max_tokens=3)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -590,6 +659,58 @@ def test_ratio_overflow_is_reported():
         get_policy_loss("vanilla")(
             lp, old, torch.ones(1), torch.ones(1, 2), clip_low=0.2, clip_high=0.2, agg_mode="token-mean"
         )
+
+
+def _kinds(fn) -> list[tuple[str, str]]:
+    return [(p.name, p.kind.name) for p in inspect.signature(fn).parameters.values()]
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_policy_loss_signature_is_the_documented_one(name):
+    # docs/design.md: fn(logprobs, old_logprobs, advantages, mask, *, clip_low, clip_high, agg_mode,
+    #                    global_tokens=None, global_seqs=None, max_tokens=None)
+    pos, kw = "POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY"
+    assert _kinds(get_policy_loss(name)) == [
+        ("logprobs", pos),
+        ("old_logprobs", pos),
+        ("advantages", pos),
+        ("mask", pos),
+        ("clip_low", kw),
+        ("clip_high", kw),
+        ("agg_mode", kw),
+        ("global_tokens", kw),
+        ("global_seqs", kw),
+        ("max_tokens", kw),
+    ]
+    # all by keyword works; the clip range passed positionally is refused
+    z = torch.zeros(1, 1)
+    loss, _ = get_policy_loss(name)(
+        logprobs=z,
+        old_logprobs=z,
+        advantages=torch.ones(1),
+        mask=torch.ones(1, 1),
+        clip_low=0.2,
+        clip_high=0.2,
+        agg_mode="token-mean",
+    )
+    assert loss.item() == -1.0  # r = 1, A = 1: -min(1, 1) over 1 token
+    with pytest.raises(TypeError):
+        get_policy_loss(name)(z, z, torch.ones(1), torch.ones(1, 1), 0.2, 0.2, "token-mean")
+
+
+def test_aggregate_loss_and_kl_penalty_signatures_are_the_documented_ones():
+    # docs/design.md: aggregate_loss(loss_mat, mask, agg_mode, *, global_tokens=None, global_seqs=None,
+    # max_tokens=None); kl_penalty(logprobs, ref_logprobs, kind="k3"|"k1") with the optional mask by keyword only
+    pos, kw = "POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY"
+    assert _kinds(aggregate_loss) == [
+        ("loss_mat", pos),
+        ("mask", pos),
+        ("agg_mode", pos),
+        ("global_tokens", kw),
+        ("global_seqs", kw),
+        ("max_tokens", kw),
+    ]
+    assert _kinds(kl_penalty) == [("logprobs", pos), ("ref_logprobs", pos), ("kind", pos), ("mask", kw)]
 
 
 def test_registry():

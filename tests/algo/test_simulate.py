@@ -17,7 +17,9 @@ from xrpo.algo.rounds import cures_select
 from xrpo.algo.rounds import one_batch_counts as uniform_counts
 from xrpo.algo.signal import (
     best_fixed_allocation,
+    check_count,
     expected_informative_rollouts,
+    finite_array,
     nonzero_variance_prob,
     oracle_allocation,
 )
@@ -260,6 +262,39 @@ def test_best_fixed_allocation_hand():
         best_fixed_allocation(g, 3, n_min=2)
     with pytest.raises(ValueError, match="shape"):
         best_fixed_allocation(g[:, :3], 3)
+
+
+def test_best_fixed_allocation_edge_cases():
+    # the default floor is n_min = 0: a prompt worth nothing at every count gets no rollout
+    #   gains a = [0, 0, 0], b = [0, 1, 2]: (0, 2) 2, (1, 1) 1, (2, 0) 0 -> (0, 2)
+    g = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0]])
+    assert best_fixed_allocation(g, 2).tolist() == [0, 2]
+    # a single prompt with a floor takes the whole budget, whatever its gains
+    assert best_fixed_allocation(np.array([[0.0, 5.0, 1.0]]), 2, n_min=1).tolist() == [2]
+    # a budget of 0 is legal: nobody gets a rollout
+    assert best_fixed_allocation(np.zeros((3, 1)), 0).tolist() == [0, 0, 0]
+
+
+def test_oracle_allocation_edge_cases():
+    # default n_min = 0: the never-solved prompt (p = 0, no signal at any n) gets nothing; the p = 0.5 prompt gets all
+    # 4 rollouts, 4 (1 - 2 * 0.5^4) = 3.5 expected informative rollouts (3 would give only 3 (1 - 2/8) = 2.25)
+    assert oracle_allocation([0.0, 0.5], 4).tolist() == [0, 4]
+    assert oracle_allocation([0.0, 0.5], 4, objective="groups").tolist() == [0, 4]
+    # a step budget of 0 gives every prompt 0 rollouts
+    assert oracle_allocation([0.3, 0.5], 0).tolist() == [0, 0]
+
+
+def test_check_count_and_finite_array():
+    # a numpy integer comes back as a Python int (JSON-serialisable, exact arithmetic)
+    out = check_count(np.int64(3), "budget", 0)
+    assert out == 3 and type(out) is int
+    assert check_count(0, "budget", 0) == 0
+    # the error names the argument and the first non-finite index (one bad value: index (1,))
+    with pytest.raises(ValueError, match=r"^x must be finite; found nan at index \(1,\)$"):
+        finite_array([1.0, np.nan, 2.0], "x")
+    with pytest.raises(ValueError, match=r"^x must be finite; found inf at index \(0, 1\)$"):
+        finite_array([[1.0, np.inf], [np.nan, 0.0]], "x")
+    assert_array_equal(finite_array([1, 2], "x"), np.array([1.0, 2.0]))
 
 
 @pytest.mark.parametrize("seed", range(8))

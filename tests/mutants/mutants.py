@@ -153,6 +153,39 @@ MUTANTS: tuple[Mutant, ...] = (
         (LOSSES,),
         "GSPO's sequence ratio without the 1/|y| power",
     ),
+    Mutant(
+        "clipfrac-low-counts-zero-advantage",
+        "xrpo/algo/losses.py",
+        "low = valid & (adv < 0) & (ratio < 1.0 - clip_low)",
+        "low = valid & (adv <= 0) & (ratio < 1.0 - clip_low)",
+        (f"{LOSSES}::test_vanilla_clip_both_sides",),
+        "loss/clipfrac_low also counts zero-advantage tokens, which no clip affects",
+    ),
+    Mutant(
+        "global-seqs-zero-accepted",
+        "xrpo/algo/losses.py",
+        'denom = _check_number("global_seqs", global_seqs, low=0.0, low_inclusive=False)',
+        'denom = _check_number("global_seqs", global_seqs, low=0.0, low_inclusive=True)',
+        (f"{LOSSES}::test_aggregate_loss_rejects_zero_global_counts",),
+        "global_seqs = 0 accepted: a NaN loss (0 / 0) for a micro-batch without a valid token",
+    ),
+    # ------------------------------------------------------------------------------------------ xrpo/algo/signal
+    Mutant(
+        "oracle-default-floor-one",
+        "xrpo/algo/signal.py",
+        'def oracle_allocation(p, budget: int, n_min: int = 0, objective: str = "rollouts")',
+        'def oracle_allocation(p, budget: int, n_min: int = 1, objective: str = "rollouts")',
+        ("tests/algo/test_simulate.py::test_oracle_allocation_edge_cases",),
+        "the oracle allocation forces a rollout on prompts worth nothing (default floor 1 instead of 0)",
+    ),
+    Mutant(
+        "check-count-keeps-numpy-int",
+        "xrpo/algo/signal.py",
+        "    return int(value)\n",
+        "    return value\n",
+        ("tests/algo/test_simulate.py::test_check_count_and_finite_array",),
+        "check_count hands a numpy integer back instead of a Python int",
+    ),
     # ------------------------------------------------------------------------------------ xrpo/algo/stats, passk
     Mutant(
         "mean-ci-two-values-no-width",
@@ -583,6 +616,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "        need, what = budget, f\"the largest planning round's budget",
         ("tests/algo/test_rounds.py::test_cap_error_is_exactly_when_a_step_would_fail",),
         "a cap that holds every planning round refused because it cannot hold the whole step's budget",
+    ),
+    Mutant(
+        "cap-check-by-the-smallest-round",
+        "xrpo/algo/rounds.py",
+        "        need, what = max(rb), f\"the largest planning round's budget",
+        "        need, what = min(rb), f\"the largest planning round's budget",
+        ("tests/algo/test_rounds.py::test_cap_error_is_exactly_when_a_step_would_fail",),
+        "a cap that holds the smallest planning round accepted: the step then fails inside its largest round",
+    ),
+    Mutant(
+        "nonuniform-spread-of-two-is-even",
+        "xrpo/algo/rounds.py",
+        "return spread > (0 if budget % max(a.size, 1) == 0 else 1)",
+        "return spread > (0 if budget % max(a.size, 1) == 0 else 2)",
+        ("tests/algo/test_rounds.py::test_is_nonuniform_by_hand",),
+        "a round whose counts differ by 2 logged as an even split when the prompts do not divide its budget",
     ),
     Mutant(
         "knob-check-lets-inf-through",

@@ -1,11 +1,13 @@
 """The `math` verifier (xrpo/rewards/math.py): equivalence, extraction through the verifier, time limits."""
 
+import logging
 import threading
 import time
 
 import pytest
 
 from xrpo.rewards import MathVerifier, VerifyResult, get_verifier
+from xrpo.rewards.math import _DropTimeoutDisabledWarning, _quiet_math_verify, grade_answer
 
 # (answer written by the model, reference, equivalent?) -- the model's answer goes inside \boxed{}.
 EQUIVALENCE = [
@@ -273,3 +275,65 @@ def test_bad_batches(math_verifier):
     with pytest.raises(ValueError, match="same length"):
         math_verifier.verify_batch([r"\boxed{1}"], [])
     assert math_verifier.verify_batch([], []) == []
+
+
+def test_defaults(monkeypatch):
+    # the documented defaults: 5 s per item, pooled, 1e6 searched characters, 10_000-character answers, canonical
+    # only when math-verify runs, 4096 MB per worker, workers = usable cores capped at 8
+    v = MathVerifier()
+    assert (v.timeout, v.in_process, v.max_chars, v.max_answer_chars, v.canonical, v.max_memory_mb) == (
+        5.0,
+        False,
+        1_000_000,
+        10_000,
+        False,
+        4096,
+    )
+    monkeypatch.setattr("xrpo.rewards.math.default_workers", lambda: 3)
+    assert MathVerifier().workers == 3
+    monkeypatch.setattr("xrpo.rewards.math.default_workers", lambda: 64)
+    assert MathVerifier().workers == 8
+    assert MathVerifier(workers=5).workers == 5
+
+
+def test_canonical_form_of_a_product_is_not_a_percentage():
+    # only number * (1/100) is a percentage; 2x stays a product, printed as sympy prints it
+    assert grade_answer("2x", "2x") == (True, "2*x")
+    assert grade_answer(r"50\%", "1/2") == (True, "1/2")
+
+
+def test_canonical_form_is_dropped_beyond_200_characters():
+    # a 200-digit integer keeps its canonical form; 201 digits is too long to carry in the metadata
+    assert grade_answer("1" * 200, "1" * 200) == (True, "1" * 200)
+    assert grade_answer("1" * 201, "1" * 201) == (True, None)
+
+
+def test_the_timeout_disabled_warning_is_silenced(caplog):
+    # xrpo turns math-verify's signal timeouts off on purpose: its warning about that is dropped, nothing else is
+    _quiet_math_verify()
+    _quiet_math_verify()  # idempotent: one filter per logger
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logger = logging.getLogger(name)
+        assert sum(isinstance(f, _DropTimeoutDisabledWarning) for f in logger.filters) == 1
+        with caplog.at_level(logging.WARNING, logger=name):
+            caplog.clear()
+            logger.warning("Timeout is disabled as timeout_seconds is None")
+            logger.warning("something else")
+        assert [r.getMessage() for r in caplog.records] == ["something else"]
+
+
+def test_a_grader_error_is_reported_with_its_message(monkeypatch):
+    def boom(answer, reference):
+        raise RuntimeError("x" * 1000)
+
+    monkeypatch.setattr("xrpo.rewards.math.grade_answer", boom)
+    r = MathVerifier(in_process=True)(r"\boxed{2}", "3")
+    # the message is cut at 500 characters
+    assert r == VerifyResult(
+        0.0, "2", "error", {"source": "boxed", "method": "math_verify", "error": ("RuntimeError: " + "x" * 1000)[:500]}
+    )
+
+
+def test_repr():
+    assert repr(MathVerifier(in_process=True)) == "MathVerifier(in_process)"
+    assert repr(MathVerifier(workers=2, timeout=3.0)) == "MathVerifier(workers=2, timeout=3)"
