@@ -133,12 +133,10 @@ def _simulate(args) -> int:
         from xrpo.trainer.config_loader import read_yaml
 
         path = Path(args.config)
-        if not path.exists():
-            raise FileNotFoundError(f"--config: {path} does not exist")
-        if not path.is_file():
-            raise ValueError(f"--config: {path} is not a file; expected a YAML file of options")
         try:
             loaded = read_yaml(path) or {}  # its errors name the file and line
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"--config: {e}") from None
         except ValueError as e:
             raise ValueError(f"--config: {e}") from None
         if not isinstance(loaded, dict):

@@ -81,17 +81,15 @@ def load_config_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _load_config_file(p: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
     named = f" (the base named in {chain[-1]})" if chain else ""
-    if not p.is_file():
-        if p.exists():
-            raise ValueError(f"config file {p}{named} is not a file; expected a YAML file")
-        raise FileNotFoundError(f"config file {p} does not exist{named}")
     real = p.resolve()
     if real in chain:
         raise ValueError(f"config file {p}: its base chain loops: {' -> '.join(str(c) for c in (*chain, real))}")
     try:
         loaded = read_yaml(p) or {}
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"config file {e}{named}") from None
     except ValueError as e:
-        raise ValueError(f"config file {e}") from None
+        raise ValueError(f"config file {e}{named}") from None
     if not isinstance(loaded, dict):
         raise ValueError(f"config file {p}: expected a mapping at the top level, got {type(loaded).__name__}")
     base = loaded.pop("base", None)
@@ -154,9 +152,10 @@ def load_run_config(path: str | Path) -> TrainConfig:
     """A run's saved config.yaml (what `xrpo train` wrote, for ``--resume`` and `xrpo eval RUN`); any error names
     the file."""
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{p} does not exist: not an xrpo run directory (its config.yaml is missing)")
-    values = read_yaml(p) or {}  # its errors name the file
+    try:
+        values = read_yaml(p) or {}  # its errors name the file
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{p} does not exist: not an xrpo run directory (its config.yaml is missing)") from None
     try:
         return from_dict(values)
     except ValueError as e:
@@ -186,9 +185,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def read_yaml(p: Path) -> Any:
-    """The YAML value of file ``p``; ValueError naming the file (and line) when it is not UTF-8 or not YAML."""
-    if p.is_dir():
-        raise ValueError(f"{p} is a directory; expected a YAML file")
+    """The YAML value of file ``p``; FileNotFoundError when there is none, ValueError naming the file (and line) when
+    it is not a file, not UTF-8 or not YAML."""
+    if not p.is_file():
+        if p.exists():
+            raise ValueError(f"{p} is not a file; expected a YAML file")
+        raise FileNotFoundError(f"{p} does not exist")
     try:
         return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except UnicodeDecodeError as e:
