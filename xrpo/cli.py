@@ -85,7 +85,7 @@ def _verl(args) -> int:
     os.makedirs(out_dir, exist_ok=True)
     os.environ["VERL_FILE_LOGGER_PATH"] = str(metrics_path(out_dir, time.strftime("%Y%m%d-%H%M%S")))
     run(config)
-    print(summary_line(out_dir))
+    print(summary_line(out_dir), flush=True)  # before Ray's exit handlers run
     return 0
 
 

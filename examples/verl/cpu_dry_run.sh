@@ -45,8 +45,25 @@ ARGS=(
   trainer.default_local_dir="$OUT/run" trainer.rollout_data_dir="$OUT/rollouts"
   trainer.project_name=xrpo_cpu trainer.experiment_name=dry_run
 )
-$PY -m xrpo.cli verl --cpu "${ARGS[@]}" trainer.total_training_steps=2 "$@" > "$OUT/launch-1.log" 2>&1 \
-  || { tail -40 "$OUT/launch-1.log"; exit 1; }
-$PY -m xrpo.cli verl --cpu "${ARGS[@]}" trainer.total_training_steps=3 trainer.resume_mode=auto "$@" \
-  > "$OUT/launch-2.log" 2>&1 || { tail -40 "$OUT/launch-2.log"; exit 1; }
-grep '^verl-cpu: ' "$OUT/launch-2.log" | tail -1
+# each launch's output goes to its log unbuffered: a launch that dies leaves its log complete up to then
+export PYTHONUNBUFFERED=1
+launch() {  # launch N [override ...]: one `xrpo verl --cpu` launch, its output in $OUT/launch-N.log
+  local n=$1 rc=0
+  shift
+  $PY -m xrpo.cli verl --cpu "${ARGS[@]}" "$@" > "$OUT/launch-$n.log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    tail -40 "$OUT/launch-$n.log"
+    echo "cpu_dry_run.sh: launch $n exited with code $rc; its whole output: $OUT/launch-$n.log" >&2
+    exit 1
+  fi
+}
+launch 1 trainer.total_training_steps=2 "$@"
+launch 2 trainer.total_training_steps=3 trainer.resume_mode=auto "$@"
+# the summary the second launch printed last (grep -o: matched anywhere in a line of the log, which the launch shares
+# with the output of its Ray workers)
+summary=$(grep -o 'verl-cpu: .*' "$OUT/launch-2.log" | tail -1) || {
+  tail -40 "$OUT/launch-2.log"
+  echo "cpu_dry_run.sh: launch 2 exited 0 without its summary line: $OUT/launch-2.log" >&2
+  exit 1
+}
+echo "$summary"

