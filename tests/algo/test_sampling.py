@@ -55,8 +55,15 @@ def test_atol():
     # exact comparison: 0.1 + 0.2 != 0.3 in floating point, 1.0 != 1.0 + 1e-9
     np.testing.assert_array_equal(dynamic_sampling_keep_groups(rewards, gids), [0, 1])
     np.testing.assert_array_equal(dynamic_sampling_keep_groups(rewards, gids, atol=1e-6), [])
-    with pytest.raises(ValueError, match="atol"):
-        dynamic_sampling_keep_groups(rewards, gids, atol=-1.0)
+    for bad in (-1.0, float("nan"), float("inf"), True, "0.1", None):  # a finite real >= 0, never a bool
+        with pytest.raises(ValueError, match=r"atol: expected a finite number >= 0, got"):
+            dynamic_sampling_keep_groups(rewards, gids, atol=bad)
+        with pytest.raises(ValueError, match=r"atol: expected a finite number >= 0, got"):
+            dynamic_sampling_mask(rewards, gids, atol=bad)
+    # atol is keyword-only (a third positional argument is refused, not read as the tolerance)
+    for fn in (dynamic_sampling_keep_groups, dynamic_sampling_mask):
+        with pytest.raises(TypeError):
+            fn(rewards, gids, 1e-6)
 
 
 def test_empty_and_all_equal():

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from xrpo.algo.tree import branch_budget, divergence_weights, divide_width, global_whiten, tree_advantages
+from xrpo.algo.tree import (
+    TreeStructure,
+    branch_budget,
+    divergence_weights,
+    divide_width,
+    global_whiten,
+    tree_advantages,
+)
 
 # ---------------------------------------------------------------------------------------------------------------
 # slow reference twins: one leaf, one ancestor at a time
@@ -139,7 +147,7 @@ def test_tree_advantages_edge_cases():
     assert_allclose(adv, [0.5, -0.5])
     # empty batch
     adv, m = tree_advantages(np.zeros(0), np.zeros((0, 1), dtype=int))
-    assert adv.shape == (0,) and m["adv/tree_zero_frac"] == 0.0
+    assert adv.shape == (0,) and m == {"adv/tree_subgroups_mean": 0.0, "adv/tree_zero_frac": 0.0}
 
 
 @pytest.mark.parametrize(
@@ -156,6 +164,21 @@ def test_tree_advantages_edge_cases():
 def test_tree_advantages_bad_input(rewards, anc, kwargs, match):
     with pytest.raises(ValueError, match=match):
         tree_advantages(rewards, np.array(anc), **kwargs)
+
+
+def test_tree_advantages_weighting_is_keyword_only():
+    with pytest.raises(TypeError):
+        tree_advantages([1.0, 0.0], np.zeros((2, 1), dtype=int), "size")
+
+
+def test_tree_structure_is_frozen_and_hashable_by_identity():
+    # frozen: a plan's trees cannot be edited after sampling; eq=False: compared and hashed by identity (comparing
+    # numpy fields would be ambiguous), so a structure can key a dict
+    ts = TreeStructure(ancestor_ids=np.zeros((2, 1), dtype=int), lengths=np.ones(2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ts.lengths = np.zeros(2)
+    twin = TreeStructure(ancestor_ids=ts.ancestor_ids, lengths=ts.lengths)
+    assert ts == ts and ts != twin and len({ts: 1, twin: 2}) == 2
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -181,6 +204,8 @@ def test_global_whiten_hand():
 
 def test_global_whiten_edge_cases():
     assert_array_equal(global_whiten([2.0], [1]), [0.0])  # one token: no variance
+    # two tokens are enough: mu = 0.5, var = 2 * 0.25 / (2 - 1) = 0.5 -> (A - mu) / sqrt(0.5 + eps)
+    assert_allclose(global_whiten([1.0, 0.0], [1, 1]), np.array([0.5, -0.5]) / math.sqrt(0.5 + 1e-8), rtol=1e-14)
     assert_array_equal(global_whiten([2.0, 5.0], [0, 0]), [0.0, 0.0])
     assert_allclose(global_whiten([3.0, 3.0], [2, 2]), [0.0, 0.0])  # equal values: centred to 0, no NaN
     with pytest.raises(ValueError, match="same shape"):
@@ -232,6 +257,11 @@ def test_branch_budget_bad_input(args, match):
         branch_budget(*args)
 
 
+def test_branch_budget_smallest_tree():
+    # a tree of width 1 (one rollout) runs one path and never forks
+    assert branch_budget(1, 0, 0, 1, 2) == 1
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_branch_budget_never_exceeds_the_width(seed):
     # simulate trees: each step some live paths finish; the paths a tree runs + its leaves never exceed its width
@@ -259,6 +289,13 @@ def test_divide_width_hand():
         divide_width(2, np.ones(3))
     with pytest.raises(ValueError, match="non-empty"):
         divide_width(2, [])
+    with pytest.raises(ValueError, match=r"weights must be a non-empty 1-D array \(one per live path\)"):
+        divide_width(4, np.ones((2, 2)))
+    # one live path takes the whole budget, down to a budget of 1
+    assert_array_equal(divide_width(3, [1.0]), [3])
+    assert_array_equal(divide_width(1, [0.5]), [1])
+    with pytest.raises(ValueError, match=r"total must be an int >= 1, got 0"):
+        divide_width(0, [1.0])
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -282,3 +319,15 @@ def test_divergence_weights_hand():
     for bad, match in [(dict(policy="random"), "policy"), (dict(temperature=0.0), "temperature")]:
         with pytest.raises(ValueError, match=match):
             divergence_weights([0.0], **{"policy": "low_logprob", **bad})
+    # the temperature is a real number > 0, never a bool or a string
+    for bad in (True, "2.0", -1.0, float("nan")):
+        with pytest.raises(ValueError, match="temperature must be a number > 0"):
+            divergence_weights([0.0], "low_logprob", bad)
+    # the default temperature is the paper's T = 2
+    x = [-1.0, -3.0, -0.5]
+    assert_array_equal(divergence_weights(x, "low_logprob"), divergence_weights(x, "low_logprob", 2.0))
+    # one log-prob per live path: a 2-D or empty array is refused for every policy
+    for policy in ("uniform", "low_logprob"):
+        for bad in ([[0.0, 1.0]], []):
+            with pytest.raises(ValueError, match="non-empty 1-D"):
+                divergence_weights(bad, policy)
