@@ -208,3 +208,94 @@ def test_knapsack_allocation_refuses_an_impossible_budget():
         knapsack_allocation([1, 1], [2, 2], 3)
     with pytest.raises(ValueError, match="= \\[4, 8\\]"):
         knapsack_allocation([1, 1], [2, 2], 9, n_max=4)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what a generated-mutant survey found unchecked (stop 42): the messages' indices, the edges of the estimate, the
+# bounds' defaults, the concavity check's round-off allowance, the fallback's one-rollout remainder
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_bad_counts_are_named_at_their_own_index():
+    # a 0 before the bad entry is fine: the message names the -1 (index 1) and the 2.5 (index 1), not the 0
+    with pytest.raises(ValueError, match=r"successes must hold whole numbers >= 0; found -1.0 at index \(1,\)"):
+        last_visit_rate([0, -1], [1, 1])
+    with pytest.raises(ValueError, match=r"trials must hold whole numbers >= 0; found 2.5 at index \(1,\)"):
+        last_visit_rate([0, 0], [0, 2.5])
+    # the first prompt whose successes exceed its trials: 1 of 1 is fine, 5 of 4 is not
+    with pytest.raises(ValueError, match=r"found 5 > 4 at index 1"):
+        last_visit_rate([1, 5], [1, 4])
+    v = np.zeros((2, 4))
+    with pytest.raises(ValueError, match=r"n_max\[1\] = 4 exceeds the values table, which stops at n = 3"):
+        knapsack_dp(v, 4, 0, [3, 4])
+    with pytest.raises(ValueError, match=r"n_min\[1\] = 3 exceeds n_max\[1\] = 2"):
+        knapsack_dp(v, 4, [1, 3], [1, 2])
+
+
+@pytest.mark.parametrize("budget", [True, 2.0, -1, "2"])
+def test_budget_must_be_an_integer(budget):
+    with pytest.raises(ValueError, match=r"budget must be an integer >= 0, got"):
+        knapsack_dp(np.zeros((1, 3)), budget)
+    with pytest.raises(ValueError, match=r"budget must be an integer >= 0, got"):
+        knapsack_allocation([1], [2], budget, n_min=0)
+
+
+def test_shapes_are_checked_with_their_messages():
+    for p in ([[0.5]], []):
+        with pytest.raises(ValueError, match=r"p must be a non-empty 1-D array \(one rate per prompt\)"):
+            knapsack_values(p, 3)
+    for k in ([[1]], []):
+        with pytest.raises(ValueError, match=r"successes must be a non-empty 1-D array \(one count per prompt\)"):
+            last_visit_rate(k, k)
+    for v in (np.zeros(3), np.zeros((0, 3))):
+        with pytest.raises(ValueError, match=r"values must have shape \(prompts, counts \+ 1\)"):
+            knapsack_dp(v, 0)
+
+
+def test_last_visit_rate_edges():
+    # one rollout is a visit: 0 of 1 and 1 of 1 get Jeffreys' (k + 1/2) / 2; the unseen prompt the pooled 1/3
+    assert_allclose(last_visit_rate([0, 1, 0], [1, 2, 0]), [0.25, 0.5, 1 / 3], rtol=0, atol=1e-16)
+    assert_allclose(last_visit_rate([1, 0], [1, 0]), [0.75, 0.5], rtol=0, atol=1e-16)  # pooled 1/1 = 1 -> 1/2
+    # every seen prompt always solved: a pooled rate of 1 would make unseen prompts worthless too -> 1/2
+    assert_allclose(last_visit_rate([4, 0], [4, 0]), [0.9, 0.5], rtol=0, atol=1e-16)
+    for bad in (1.0, float("nan"), -0.5):
+        with pytest.raises(ValueError, match=r"prior_rate must lie in \(0, 1\)"):
+            last_visit_rate([0], [0], prior_rate=bad)
+
+
+def test_knapsack_dp_default_bounds():
+    # n_min defaults to 0: with budget 2 over two prompts, (2, 0) is best (5 against (1, 1)'s 0 and (0, 2)'s 4)
+    v = np.array([[0, 0, 5, 6, 6.5], [0, 0, 4, 7, 8]], dtype=float)
+    assert_array_equal(knapsack_dp(v, 2), [2, 0])
+
+
+def test_concavity_allows_the_round_off_of_large_values():
+    # each row: 0, then 1e6 + 0.1 (n - 1): increments 1e6, 0.1, 0.1, ... (concave); in float64 the 0.1 steps at
+    # 1e6 differ by up to one spacing (1.2e-10), which the check allows (1e-12 of the largest |value| = 1e-6)
+    row = [0.0] + [1e6 + 0.1 * n for n in range(12)]
+    v = np.array([row, row])
+    assert np.diff(v[:, 1:], n=2, axis=1).max() > 1e-12  # the round-off is there
+    got, dp = concave_allocation(v, 10), knapsack_dp(v, 10)
+    assert got.sum() == 10
+    # equal totals up to the round-off of two values near 1e6 (a few spacings of 2.3e-10)
+    assert _total(v, got) == pytest.approx(_total(v, dp), abs=1e-9)
+
+
+def test_knapsack_allocation_is_keyword_only_after_the_budget():
+    with pytest.raises(TypeError):
+        knapsack_allocation([1], [2], 2, 2)
+
+
+def test_only_prompts_seen_and_never_or_always_solved_fall_back():
+    # an unseen prompt (0 of 0) is valued at the pooled rate 1/2, like the 4 of 8 beside it: an even split
+    assert_array_equal(knapsack_allocation([4, 0], [8, 0], 8), [4, 4])
+    # 0 of 1 and 1 of 1 are never / always solved: n_min for them, the rest to the valued prompt
+    assert_array_equal(knapsack_allocation([4, 0], [8, 1], 8), [6, 2])
+    assert_array_equal(knapsack_allocation([4, 1], [8, 1], 8), [6, 2])
+
+
+def test_leftover_of_one_rollout():
+    # the valued prompt is capped at 6: the one rollout left goes to the never-solved prompt ...
+    assert_array_equal(knapsack_allocation([4, 0], [8, 8], 9, n_max=6), [6, 3])
+    # ... or, with no never-solved prompt, to the always-solved one
+    assert_array_equal(knapsack_allocation([4, 8], [8, 8], 9, n_max=6), [6, 3])
