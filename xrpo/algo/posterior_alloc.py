@@ -313,10 +313,10 @@ def group_mixed_prob(alpha, beta, successes, trials, extra) -> np.ndarray:
 def expected_informative(alpha, beta, successes, trials, extra) -> np.ndarray:
     """G_i(x) = (m_i + x) x :func:`group_mixed_prob`: the expected rollouts with a non-zero advantage in prompt i's
     group after x more rollouts (step 2 of the module docstring). Same arguments; float64 (Q, X)."""
-    m = finite_array(trials, "trials")
-    x = finite_array(extra, "extra")
+    mixed = group_mixed_prob(alpha, beta, successes, trials, extra)  # checks every argument, names the bad one
+    m, x = finite_array(trials, "trials"), finite_array(extra, "extra")
     # G_i(x) = (m_i + x) P(group of m_i + x not all equal | posterior)
-    return (m[:, None] + (x[None, :] if x.ndim == 1 else x)) * group_mixed_prob(alpha, beta, successes, trials, extra)
+    return (m[:, None] + (x[None, :] if x.ndim == 1 else x)) * mixed
 
 
 # ---------------------------------------------------------------------------------------------------------------
