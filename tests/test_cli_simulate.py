@@ -100,7 +100,7 @@ GOOD_ROUND = {"step": 1, "round": 0, "alloc": [4, 4], "problems": ["a", "b"], "s
     [
         ({"seeded": 5}, r"line 1: 'seeded' must be a list of prompt indices in \[0, 2\), got 5"),
         ({"seeded": "0"}, r"line 1: 'seeded' must be a list of prompt indices in \[0, 2\), got '0'"),
-        ({"round": "x"}, r"line 1: 'round' must be an integer, got 'x'"),
+        ({"round": "x"}, r"line 1: field 'round' must be an integer, got 'x'"),
         ({"alloc": [True, 4], "successes": [True, 2]}, r"line 1: prompt 0 has successes=True of alloc=True"),
         ({"problems": [["a"], "b"]}, r"line 1: 'problems'\[0\] must be a problem id \(a string\), got \['a'\]"),
     ],

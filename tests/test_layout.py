@@ -43,10 +43,6 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/eval/test_report.py",),
         "the PNGs are written by xrpo report / eval, whose tests open them",
     ),
-    "xrpo/rollout/records.py": (
-        ("tests/rollout/test_planner.py", "tests/rollout/test_sources.py"),
-        "the record types and rounds.jsonl's row: built by the planner and the sources, whose tests read them",
-    ),
     "xrpo/rollout/step.py": (
         ("tests/rollout/test_planner.py", "tests/rollout/test_streaming.py"),
         "a step's rollouts as they arrive: driven by the rounds and streaming schedules, tested through both",

@@ -92,7 +92,12 @@ METRICS_ROW = {"step": 1, "rollout/reward_mean": 0.5, "time/step": 1.0, "time/ge
             '{"step": 1, "eval/pass@1": "x"}\n',
             r"eval\.jsonl line 1: field 'eval/pass@1' must be a number",
         ),
-        ("rounds.jsonl", '{"step": 1, "round": 1}\n', r"rounds\.jsonl line 1: field 'alloc' must be a list of numbers"),
+        ("rounds.jsonl", '{"step": 1, "round": 1}\n', r"rounds\.jsonl line 1: missing field\(s\) \['alloc'\]"),
+        (
+            "rounds.jsonl",
+            '{"step": 1, "round": 1, "alloc": [2, 1.5]}\n',
+            r"rounds\.jsonl line 1: prompt 1 has alloc=1\.5; expected an integer >= 0",
+        ),
         ("rounds.jsonl", '{"step": 1, "round": "1", "alloc": [1]}\n', r"line 1: field 'round' must be an integer"),
         ("summary.json", '{"method": "xrpo", "pass@1_bef', r"summary\.json: unreadable \(Unterminated string"),
         ("summary.json", "[1, 2]", r"summary\.json: expected a JSON object, got list"),

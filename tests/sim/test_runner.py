@@ -138,7 +138,11 @@ def test_read_rounds_rates_refuses_files_without_per_prompt_successes(tmp_path):
     with pytest.raises(ValueError, match="over.jsonl line 1: prompt 1 has successes=3 of alloc=2"):
         read_rounds_rates(over)
     short = write_rounds(tmp_path / "short.jsonl", [row(1, 0, ["a", "b"], [2, 2], [1])])
-    with pytest.raises(ValueError, match="short.jsonl line 1: 'alloc', 'problems' and 'successes' must be lists of"):
+    with pytest.raises(
+        ValueError,
+        match=r"short.jsonl line 1: 'alloc' / 'problems' / 'successes' must be lists of one length \(one entry per "
+        r"prompt\); got alloc 2, problems 2, successes 1",
+    ):
         read_rounds_rates(short)
     with pytest.raises(ValueError, match="no rollouts in steps 5:9"):
         read_rounds_rates(write_rounds(tmp_path / "one.jsonl", [row(1, 0, ["a"], [2], [1])]), "5:9")

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xrpo.algo.config import is_int
+from xrpo.rollout.records import check_round_entry
 
 __all__ = ["make_report", "results_markdown"]
 
@@ -200,12 +201,8 @@ def _check_eval(row: dict, where: str) -> None:
 
 
 def _check_round(row: dict, where: str) -> None:
-    if "round" in row and not is_int(row["round"]):
-        raise ValueError(f"{where}: field 'round' must be an integer, got {row['round']!r}")
-    if row.get("round", 0) > 0:
-        alloc = row.get("alloc")
-        if not isinstance(alloc, list) or not all(_is_number(a) for a in alloc):
-            raise ValueError(f"{where}: field 'alloc' must be a list of numbers (rollouts per prompt), got {alloc!r}")
+    planned = is_int(row.get("round")) and row["round"] > 0  # a planning round: the allocation section plots "alloc"
+    check_round_entry(row, where, require=("alloc",) if planned else ())
 
 
 def _check_segments(segments, where: str) -> list[dict]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from xrpo.algo.config import is_int
 from xrpo.algo.stats import mean_ci
+from xrpo.rollout.records import check_round_entry
 from xrpo.trainer.jsonl import read_lines
 
 __all__ = ["parse_mixture", "parse_steps", "read_rounds_counts", "read_rounds_rates"]
@@ -96,52 +96,16 @@ def read_rounds_counts(path, steps: str | None = None) -> tuple[np.ndarray, np.n
     # a killed run's partial last line, or the row a resumed run glued to it, is counted in "unreadable_lines"
     lines, skipped = read_lines(p, strict=True)
     for lineno, _, row in lines:
-        if not isinstance(row, dict):
-            raise ValueError(f"{p} line {lineno}: expected a JSON object, got {type(row).__name__}")
-        missing = [k for k in ("step", "alloc", "problems", "successes") if k not in row]
-        if missing:
-            if "successes" in missing or "problems" in missing:
-                raise ValueError(
-                    f"{p} line {lineno} has no {' / '.join(repr(k) for k in missing)} field: this rounds.jsonl "
-                    "records only each round's counts, seeded prompts and flips (a run written before xrpo "
-                    "logged per-prompt successes), so per-prompt success rates cannot be recovered from it. "
-                    "Re-run the training with this version, or give the rates as dist."
-                )
-            raise ValueError(f"{p} line {lineno}: missing field(s) {missing}")
-        alloc, probs, succ = row["alloc"], row["problems"], row["successes"]
-        if not (
-            isinstance(alloc, list)
-            and isinstance(probs, list)
-            and isinstance(succ, list)
-            and len(alloc) == len(probs) == len(succ)
-        ):
+        if isinstance(row, dict) and not {"successes", "problems"} <= row.keys():
+            missing = [k for k in ("problems", "successes") if k not in row]
             raise ValueError(
-                f"{p} line {lineno}: 'alloc', 'problems' and 'successes' must be lists of equal "
-                f"length, got lengths {len(alloc) if isinstance(alloc, list) else alloc!r}, "
-                f"{len(probs) if isinstance(probs, list) else probs!r}, "
-                f"{len(succ) if isinstance(succ, list) else succ!r}"
+                f"{p} line {lineno} has no {' / '.join(repr(k) for k in missing)} field: this rounds.jsonl "
+                "records only each round's counts, seeded prompts and flips (a run written before xrpo "
+                "logged per-prompt successes), so per-prompt success rates cannot be recovered from it. "
+                "Re-run the training with this version, or give the rates as dist."
             )
-        for j, (a, s) in enumerate(zip(alloc, succ)):
-            if not (is_int(a) and is_int(s) and 0 <= s <= a):
-                raise ValueError(
-                    f"{p} line {lineno}: prompt {j} has successes={s!r} of alloc={a!r}; expected "
-                    "integers with 0 <= successes <= alloc"
-                )
-        for j, pid in enumerate(probs):
-            if not (isinstance(pid, str) or is_int(pid)):
-                raise ValueError(f"{p} line {lineno}: 'problems'[{j}] must be a problem id (a string), got {pid!r}")
+        check_round_entry(row, f"{p} line {lineno}", require=("step", "alloc", "problems", "successes"))
         step = row["step"]
-        if not is_int(step):
-            raise ValueError(f"{p} line {lineno}: 'step' must be an integer, got {step!r}")
-        if "round" in row and not is_int(row["round"]):
-            raise ValueError(f"{p} line {lineno}: 'round' must be an integer, got {row['round']!r}")
-        seeded = row.get("seeded")
-        if seeded is not None and not (
-            isinstance(seeded, list) and all(is_int(j) and 0 <= j < len(alloc) for j in seeded)
-        ):
-            raise ValueError(
-                f"{p} line {lineno}: 'seeded' must be a list of prompt indices in [0, {len(alloc)}), got {seeded!r}"
-            )
         # a new block: another step, or the same step started again (a resumed run redoing it: resume is exact, so
         # it repeats the step's first row; a planned round 0 after a round > 0 also marks a restart)
         if (
