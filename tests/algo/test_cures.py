@@ -67,6 +67,27 @@ def test_beta_posterior_rejects_bad_counts():
         posterior_mean([0.0], [1.0])
 
 
+def test_beta_posterior_error_names_the_first_bad_index():
+    # an earlier entry exactly at the boundary (0 rollouts; successes == trials) is valid: the message names the
+    # later one
+    with pytest.raises(ValueError, match=r"trials must hold whole numbers >= 0; found -1.0 at index \(1,\)"):
+        beta_posterior([0, 0], [0, -1])
+    with pytest.raises(ValueError, match=r"successes must hold whole numbers >= 0; found 0.5 at index \(1,\)"):
+        beta_posterior([0, 0.5], [0, 1])
+    with pytest.raises(ValueError, match=r"successes must not exceed trials; found 5 > 4 at index \(1,\)"):
+        beta_posterior([1, 5], [1, 4])
+    with pytest.raises(ValueError, match="prior_beta must be a finite number > 0, got -1"):
+        beta_posterior([0], [1], prior_beta=-1)
+
+
+def test_posterior_mean_rejects_a_zero_beta():
+    # beta = 0 is not a Beta distribution (its mean would be exactly 1), whatever alpha is
+    with pytest.raises(ValueError, match=r"alpha and beta must be > 0 \(a Beta distribution's parameters\)"):
+        posterior_mean([1.0], [0.0])
+    with pytest.raises(ValueError, match=r"alpha and beta must be > 0"):
+        posterior_mean([1.0, 2.0], [1.0, -1.0])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # temperature and sampling distribution
 # ---------------------------------------------------------------------------------------------------------------
@@ -112,6 +133,24 @@ def test_sampling_probs_edges():
         sampling_probs([0.5, 0.5], [1.0, 0.0])
     with pytest.raises(ValueError, match="non-empty"):
         sampling_probs([], 1.0)
+
+
+def test_sampling_probs_error_names_the_first_bad_index():
+    # p = 0 and p = 1 are the ends of the valid range [0, 1]: the message names the entry outside it
+    with pytest.raises(ValueError, match=r"p must lie in \[0, 1\]; found 1.5 at index \(2,\)"):
+        sampling_probs([0.0, 1.0, 1.5], 1.0)
+    with pytest.raises(ValueError, match=r"p must lie in \[0, 1\]; found -0.5 at index \(1,\)"):
+        sampling_probs([1.0, -0.5], 1.0)
+    # T = 1 is a valid temperature: the zero one after it is named
+    with pytest.raises(ValueError, match=r"temperature must be > 0; found 0.0 at index \(1,\)"):
+        sampling_probs([0.5, 0.5], [1.0, 0.0])
+
+
+def test_normalized_entropy_rejects_empty_and_2d():
+    with pytest.raises(ValueError, match=r"probs must be a non-empty 1-D array, got shape \(0,\)"):
+        normalized_entropy([])
+    with pytest.raises(ValueError, match=r"probs must be a non-empty 1-D array, got shape \(1, 2\)"):
+        normalized_entropy([[0.5, 0.5]])
 
 
 def test_normalized_entropy_hand():
@@ -192,6 +231,34 @@ def test_sample_prompts_edges():
         sample_prompts([1.0], -1, rng)
 
 
+def test_sample_prompts_k_one_and_integer_types():
+    rng = np.random.default_rng(5)
+    # k = 1 draws one prompt: with a point mass it can only be that one
+    assert_array_equal(sample_prompts([0.0, 1.0, 0.0], 1, rng), np.array([1], dtype=np.int64))
+    assert sample_prompts([0.0, 1.0, 0.0], np.int64(1), rng).tolist() == [1]
+    assert sample_prompts([0.25, 0.75], 1, rng).shape == (1,)
+    # k must be an integer: a bool or a float (even a whole one) is refused
+    with pytest.raises(ValueError, match="k must be an integer >= 0, got True"):
+        sample_prompts([0.5, 0.5], True, rng)
+    with pytest.raises(ValueError, match="k must be an integer >= 0, got 1.0"):
+        sample_prompts([0.5, 0.5], 1.0, rng)
+
+
+def test_sample_prompts_rejects_bad_probs():
+    rng = np.random.default_rng(6)
+    with pytest.raises(ValueError, match=r"probs must be a non-empty 1-D array, got shape \(0,\)"):
+        sample_prompts([], 0, rng)
+    with pytest.raises(ValueError, match=r"probs must be a non-empty 1-D array, got shape \(1, 2\)"):
+        sample_prompts([[0.5, 0.5]], 1, rng)
+    with pytest.raises(ValueError, match="probs must be >= 0; found -0.5"):
+        sample_prompts([-0.5, 1.5], 1, rng)
+    # "summing to 1 (within 1e-9)": 0.5 + (0.5 + 1.5e-9) is off by 1.5e-9 (the float64 sum is exact to ~2e-16)
+    with pytest.raises(ValueError, match="probs must sum to 1"):
+        sample_prompts([0.5, 0.5 + 1.5e-9], 1, rng)
+    # off by 0.5e-9: accepted, and both (positive) prompts are drawn
+    assert sorted(sample_prompts([0.5, 0.5 + 0.5e-9], 2, rng).tolist()) == [0, 1]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # gradient std
 # ---------------------------------------------------------------------------------------------------------------
@@ -235,6 +302,25 @@ def test_gradient_std_rejects_inconsistent_moments():
         gradient_std([0.5], 2.0, 3.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="p must lie"):
         gradient_std([-0.1])
+    with pytest.raises(ValueError, match=r"p must lie in \[0, 1\]; found 1.5"):
+        gradient_std([0.5, 1.5])
+
+
+def test_gradient_std_error_names_the_first_inconsistent_index():
+    # entries 0 (E[G] = E[G^2] = 0) and 1 (E[G^2] = 9 = E[G]^2, equal norms) sit exactly on Jensen's bound and are
+    # valid; entry 2 (E[G^2] = 3 < 2^2) is the one named
+    with pytest.raises(
+        ValueError, match=r"sq_norm_correct must be >= mean_norm_correct\^2 .*found 3.0 < 2.0\^2 at index \(2,\)"
+    ):
+        gradient_std([0.5, 0.5, 0.5], [0.0, 3.0, 2.0], [0.0, 9.0, 3.0])
+    with pytest.raises(
+        ValueError, match=r"sq_norm_wrong must be >= mean_norm_wrong\^2 .*found 0.5 < 1.0\^2 at index \(1,\)"
+    ):
+        gradient_std([0.5, 0.5], 1.0, 1.0, [3.0, 1.0], [9.0, 0.5])
+    with pytest.raises(ValueError, match=r"mean_norm_wrong must be >= 0"):
+        gradient_std([0.5], 1.0, 1.0, -1.0, 1.0)
+    # on the bound in every entry: equal norms G = [0, 3], sigma = G sqrt(p (1 - p)) = [0, 3 * 0.5]
+    assert_allclose(gradient_std([0.5, 0.5], [0.0, 3.0], [0.0, 9.0], [0.0, 3.0], [0.0, 9.0]), [0.0, 1.5], rtol=1e-15)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -275,6 +361,51 @@ def test_rollout_counts_edges():
         rollout_counts([1.0], 8, min_count=0)
 
 
+def test_rollout_counts_fixes_a_low_quota_before_splitting():
+    # sigma = [.11, .03, .06] (total .2 < 1), budget 12, min 2:
+    #   quotas 12 * [.11, .03, .06] / .2 = [6.6, 1.8, 3.6]: prompt 1 is below 2 -> fixed at 2, 10 left
+    #   quotas 10 * [.11, .06] / .17 = [6.4706, 3.5294]: floors 6 + 3 = 9, the leftover 1 -> remainder .53 (prompt 2)
+    #   -> [6, 2, 4]  (splitting [6.6, 1.8, 3.6] directly would round prompt 1 up to 2 and give [7, 2, 3])
+    assert_array_equal(rollout_counts([0.11, 0.03, 0.06], 12), [6, 2, 4])
+
+
+def test_rollout_counts_open_prompt_at_the_floor_stays_in_the_split():
+    # sigma = [6, 2, 1], budget 11, min 1: quotas 11 * [6, 2, 1] / 9 = [7.333, 2.444, 1.222], none below 1
+    #   floors 7 + 2 + 1 = 10, the leftover 1 -> largest remainder .444 (prompt 1) -> [7, 3, 1]
+    #   (prompt 2 gets floor(1.222) = 1 = min_count from the split; it is not re-fixed and re-split)
+    assert_array_equal(rollout_counts([6.0, 2.0, 1.0], 11, min_count=1), [7, 3, 1])
+
+
+def test_rollout_counts_single_prompt_takes_the_budget():
+    # P = 1: quota R * sigma / sigma = R, whatever sigma (or 0: the even split of R over one prompt)
+    assert_array_equal(rollout_counts([2.0], 8, min_count=3), [8])
+    assert_array_equal(rollout_counts([0.5], 5), [5])
+    assert_array_equal(rollout_counts([0.0], 7), [7])
+
+
+def test_rollout_counts_rejects_bad_arguments():
+    with pytest.raises(ValueError, match=r"sigma must be a non-empty 1-D array .*got shape \(0,\)"):
+        rollout_counts([], 0)
+    with pytest.raises(ValueError, match=r"sigma must be a non-empty 1-D array .*got shape \(1, 2\)"):
+        rollout_counts([[1.0, 1.0]], 4)
+    # budget 0 is below the floor of one prompt: min_count * P = 2 * 1 = 2
+    with pytest.raises(ValueError, match=r"budget=0 is less than min_count \* prompts = 2 \* 1 = 2"):
+        rollout_counts([1.0], 0)
+    with pytest.raises(ValueError, match="budget must be an integer >= 0, got -1"):
+        rollout_counts([1.0], -1)
+    # integers only: bools and floats (even whole ones) are refused
+    with pytest.raises(ValueError, match="budget must be an integer >= 0, got True"):
+        rollout_counts([1.0], True)
+    with pytest.raises(ValueError, match="budget must be an integer >= 0, got 8.0"):
+        rollout_counts([1.0], 8.0)
+    with pytest.raises(ValueError, match="min_count must be an integer >= 1, got True"):
+        rollout_counts([1.0, 1.0], 4, min_count=True)
+    with pytest.raises(ValueError, match="min_count must be an integer >= 1, got 2.0"):
+        rollout_counts([1.0, 1.0], 4, min_count=2.0)
+    # numpy integers are integers: 10 over quotas 10 * [1, 2] / 3 = [3.33, 6.67] -> floors 9, leftover to .67
+    assert_array_equal(rollout_counts([1.0, 2.0], np.int64(10), min_count=np.int64(2)), [3, 7])
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     sigma=st.lists(st.one_of(st.just(0.0), st.floats(1e-6, 1.0)), min_size=1, max_size=24),
@@ -299,3 +430,18 @@ def test_rollout_counts_properties(sigma, extra, min_count):
         elif si > 0:
             hi = min(hi, (min_count + 1) / si)
     assert lo < hi * (1 + 1e-9), (lo, hi)
+
+
+def test_per_prompt_arguments_of_the_wrong_shape_and_overflowing_temperatures_are_named():
+    with pytest.raises(
+        ValueError, match=r"temperature must be a scalar or one value per prompt, shape \(2,\); got shape \(3,\)"
+    ):
+        sampling_probs([0.5, 0.5], [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"sq_norm_wrong must be a scalar or one value per prompt, shape \(2,\); got"):
+        gradient_std([0.5, 0.5], sq_norm_wrong=[1.0, 1.0, 1.0])
+    # sqrt(1/4) / 1e-320 overflows float64 (it gave NaN probabilities before): refused, naming the temperature
+    for t in (1e-320, [1.0, 5e-324]):
+        with pytest.raises(ValueError, match=r"temperature [0-9.e-]+ at index \(\d,\) is too small: .* overflows"):
+            sampling_probs([0.25, 0.5], t)
+    # a tiny but representable temperature is a point mass on the largest sqrt(p (1 - p)), without NaN
+    assert_array_equal(sampling_probs([0.5, 0.25, 1.0], 1e-300), [1.0, 0.0, 0.0])

@@ -133,13 +133,22 @@ def prompt_temperature(alpha, scale: float = 100.0):
     return c * a
 
 
+def _per_prompt(x, name: str, shape: tuple) -> np.ndarray:
+    """``x`` (a scalar or one value per prompt) as an array of ``shape``; a ValueError naming ``name`` otherwise."""
+    a = finite_array(x, name)
+    if a.ndim != 0 and a.shape != shape:
+        raise ValueError(f"{name} must be a scalar or one value per prompt, shape {shape}; got shape {a.shape}")
+    return np.broadcast_to(a, shape)
+
+
 def sampling_probs(p, temperature):
     """CurES's prompt-sampling distribution: P_i proportional to exp(sqrt(p_i (1 - p_i)) / T_i).
 
     CurES code, epic/epic_sampler.py ``__iter__``: ``np.exp(np.sqrt(w * (1 - w)) / t_vec)``, normalised over the
     dataset. sqrt(p (1 - p)) is the reward standard deviation of a prompt solved with probability p: largest at
     p = 1/2, zero for prompts always or never solved. The exponentials are computed after subtracting the largest
-    logit, so huge logits (small temperatures) do not overflow.
+    logit, so huge logits (small temperatures) do not overflow; a temperature so small that a logit itself overflows
+    float64 (T below ~1e-308) is refused.
 
     Args:
         p: accuracy estimates p_i in [0, 1], shape (N,), N >= 1.
@@ -154,12 +163,16 @@ def sampling_probs(p, temperature):
     if np.any((pp < 0) | (pp > 1)):
         bad = _first_bad((pp < 0) | (pp > 1))
         raise ValueError(f"p must lie in [0, 1]; found {pp[bad]} at index {bad}")
-    t = np.broadcast_to(finite_array(temperature, "temperature"), pp.shape)
+    t = _per_prompt(temperature, "temperature", pp.shape)
     if np.any(t <= 0):
         bad = _first_bad(t <= 0)
         raise ValueError(f"temperature must be > 0; found {t[bad]} at index {bad}")
     # logit_i = sqrt(p_i (1 - p_i)) / T_i
-    logits = np.sqrt(pp * (1.0 - pp)) / t
+    with np.errstate(over="ignore"):
+        logits = np.sqrt(pp * (1.0 - pp)) / t
+    if not np.all(np.isfinite(logits)):  # T below ~1e-308: the logit overflows float64, and inf - inf is NaN
+        bad = _first_bad(~np.isfinite(logits))
+        raise ValueError(f"temperature {t[bad]} at index {bad} is too small: sqrt(p (1 - p)) / T overflows float64")
     # P_i = exp(logit_i) / sum_j exp(logit_j)   (shifted by max logit: same P, no overflow)
     w = np.exp(logits - logits.max())
     return w / w.sum()
@@ -242,7 +255,7 @@ def gradient_std(p, mean_norm_correct=1.0, sq_norm_correct=1.0, mean_norm_wrong=
     if np.any((a < 0) | (a > 1)):
         raise ValueError(f"p must lie in [0, 1]; found {a[_first_bad((a < 0) | (a > 1))]}")
     mc, sc, mw, sw = (
-        np.broadcast_to(finite_array(x, name), a.shape)
+        _per_prompt(x, name, a.shape)
         for x, name in (
             (mean_norm_correct, "mean_norm_correct"),
             (sq_norm_correct, "sq_norm_correct"),
