@@ -189,6 +189,29 @@ def test_reference_can_be_a_full_solution(math_verifier):
     assert math_verifier(r"\boxed{\frac12}", r"Hence the probability is $\boxed{0.5}$.").score == 1.0
 
 
+def test_references_no_answer_can_match_are_refused_before_training(math_verifier, tmp_path):
+    refs = ["42", r"\{1, 2\}", "[1, 2]", "{1, 2}", '{"input": "1", "output": "2"}', '[{"input": "1"}]', " ", 7]
+    # a LaTeX set, a JSON list of numbers and a non-JSON brace are answers; test cases, a blank and a non-string not
+    assert math_verifier.reference_errors(refs) == [
+        (4, "holds test cases (JSON objects), not a math answer: grade it with the 'code' verifier"),
+        (5, "holds test cases (JSON objects), not a math answer: grade it with the 'code' verifier"),
+        (6, "empty reference answer"),
+        (7, "expected a string, got int"),
+    ]
+    # as xrpo train reads a data file: the object answer (a code problem's tests) is named with its problem
+    from xrpo.data.loaders import load_problems
+    from xrpo.rewards import raise_reference_errors
+
+    data = tmp_path / "mixed.jsonl"
+    data.write_text('{"id": "a", "problem": "1+1?", "answer": 2}\n{"id": "b", "problem": "p", "answer": {"x": 1}}\n')
+    with pytest.raises(
+        ValueError,
+        match=r"1 of 2 reference answers cannot be graded by the 'math' verifier:\n"
+        r"  problem 'b' \(row 1\): holds test cases",
+    ):
+        raise_reference_errors(math_verifier, load_problems(str(data)), str(data))
+
+
 def test_only_the_last_box_counts(math_verifier):
     # reward-hacking guard: boxing every candidate does not collect the reward
     spray = r"Maybe \boxed{1}, or \boxed{2}, or \boxed{3}. Final: \boxed{4}"

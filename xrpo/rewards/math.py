@@ -32,6 +32,7 @@ was found ("boxed", "####", "answer_is") and `metadata["method"]` what decided (
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from functools import lru_cache
@@ -195,6 +196,28 @@ class MathVerifier(Verifier):
 
     def _pool(self):
         return shared_pool(self.workers, initializer="xrpo.rewards.math:_warm_up", max_memory_mb=self.max_memory_mb)
+
+    def reference_errors(self, references: Sequence[str]) -> list[tuple[int, str]]:
+        """Every reference no answer can match: not a string, empty, or a code problem's test cases (a JSON object or
+        a list of objects, the form the data loader gives them), which would score every rollout 0."""
+        errors = []
+        for i, ref in enumerate(references):
+            if not isinstance(ref, str):
+                errors.append((i, f"expected a string, got {type(ref).__name__}"))
+            elif not ref.strip():
+                errors.append((i, "empty reference answer"))
+            elif ref.lstrip()[0] in "{[":
+                try:
+                    value = json.loads(ref)
+                except ValueError:  # not JSON: a LaTeX set, interval or list
+                    continue
+                if isinstance(value, dict) or (
+                    isinstance(value, list) and value and all(isinstance(v, dict) for v in value)
+                ):
+                    errors.append(
+                        (i, "holds test cases (JSON objects), not a math answer: grade it with the 'code' verifier")
+                    )
+        return errors
 
     def verify_batch(self, completions: Sequence[str], references: Sequence[str]) -> list[VerifyResult]:
         completions, references = check_batch(completions, references)
