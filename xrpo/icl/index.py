@@ -17,6 +17,7 @@ and are the hardest case (0.44 at 100k).
 
 from __future__ import annotations
 
+import struct
 import warnings
 from typing import Protocol, runtime_checkable
 
@@ -192,7 +193,7 @@ class HNSWIndex:
 
     Args:
         dim: vector width.
-        M: graph degree (hnswlib's M); higher = better recall, more memory.
+        M: graph degree (hnswlib's M, >= 2); higher = better recall, more memory.
         ef_construction: candidate list size while inserting.
         ef_search: candidate list size while searching (raised to k when k is larger).
         initial_capacity: preallocated slots; capacity doubles when full.
@@ -218,8 +219,9 @@ class HNSWIndex:
             raise ImportError("index kind 'hnsw' needs hnswlib: pip install 'xrpo[hnsw]'") from e
         if not isinstance(dim, (int, np.integer)) or dim < 1:
             raise ValueError(f"dim must be an int >= 1, got {dim!r}")
+        if M < 2:  # hnswlib's level factor is 1 / ln M: M = 1 builds no graph (its first add fails)
+            raise ValueError(f"M must be >= 2, got {M}")
         for arg, v in (
-            ("M", M),
             ("ef_construction", ef_construction),
             ("ef_search", ef_search),
             ("initial_capacity", initial_capacity),
@@ -257,6 +259,9 @@ class HNSWIndex:
         except ImportError as e:
             raise ImportError("index kind 'hnsw' needs hnswlib: pip install 'xrpo[hnsw]'") from e
         self.dim = int(dim)
+        saved = _saved_dim(path)
+        if saved != self.dim:  # hnswlib would load it and read each vector with the wrong length
+            raise ValueError(f"{path}: holds a graph of {saved}-dimensional vectors, not dim={self.dim}")
         self.ef_search = int(ef_search)
         self.num_threads = int(num_threads)
         self._index = hnswlib.Index(space="ip", dim=self.dim)
@@ -295,6 +300,18 @@ class HNSWIndex:
             out_s[:, :kk], out_i[:, :kk] = s, i
             return out_s, out_i
         return s, i
+
+
+def _saved_dim(path) -> int:
+    """The vector dimension of a graph hnswlib saved: its header starts with six size_t fields (offsetLevel0,
+    max_elements, cur_element_count, size_data_per_element, label_offset, offsetData), and a vector of float32 takes
+    label_offset - offsetData bytes."""
+    with open(path, "rb") as f:
+        head = f.read(48)
+    if len(head) < 48:
+        raise ValueError(f"{path}: not a graph saved by HNSWIndex.save (file too short)")
+    label_offset, offset_data = struct.unpack("<6Q", head)[4:6]
+    return (label_offset - offset_data) // 4
 
 
 class AutoIndex:

@@ -118,8 +118,13 @@ def build_icl_prompt(
     for arg, v in (("max_chars", max_chars), ("max_tokens", max_tokens)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{arg} must be a positive int or None, got {v!r}")
-    if min_solution_chars < 0:
-        raise ValueError(f"min_solution_chars must be >= 0, got {min_solution_chars}")
+    if isinstance(min_solution_chars, bool) or not isinstance(min_solution_chars, int) or min_solution_chars < 0:
+        raise ValueError(f"min_solution_chars must be an int >= 0, got {min_solution_chars!r}")
+    for arg, v in (("instruction", instruction), ("marker", marker)):
+        if not isinstance(v, str):
+            raise ValueError(f"{arg} must be a str, got {type(v).__name__}")
+    if isinstance(examples, (str, bytes)) or not isinstance(examples, Sequence):
+        raise ValueError(f"examples must be a sequence of examples, got {type(examples).__name__}")
     pairs = [_pair(ex, i) for i, ex in enumerate(examples)]
 
     n_total = len(pairs)
