@@ -481,3 +481,85 @@ def test_planning_rounds_do_not_redraw_the_base_rollouts_of_an_engine_seeded_per
     extra = [x for x in res.records if x.round > 0]
     assert len(extra) == 64 and not any((x.problem_index, x.text) in base for x in extra)
     assert len({(x.problem_index, x.text) for x in res.records}) == 128  # and no round repeats another
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what a generated-mutant survey of planner.py found unchecked (stop 42)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_one_prompt_is_a_step_and_no_prompt_is_refused(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=8, n_base=4, plan_rounds=1, icl=False, sharpen=False)
+    res = generate_rollouts(probs[:1], ScriptedPolicy(probs[:1], pp[:1], pi[:1]), verifier, renderer(), cfg, SAMPLING)
+    assert len(res.records) == 8 and set(res.group_ids.tolist()) == {0}
+    with pytest.raises(ValueError, match="^problems is empty$"):
+        generate_rollouts([], ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
+
+
+def test_history_of_the_wrong_length_is_refused(verifier):
+    from xrpo.algo.rounds import PromptHistory
+
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=64, n_base=4, plan_rounds=0, allocation="knapsack", icl=False, sharpen=False)
+    ok = np.zeros(16, dtype=np.int64)
+    for history in (PromptHistory(ok[:15], ok), PromptHistory(ok, ok[:15])):  # either array one short
+        with pytest.raises(ValueError, match=r"history must hold 16 prompts' successes and trials"):
+            generate_rollouts(
+                probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, history=history
+            )
+    # of the right length it is used (knapsack reads it): no error
+    generate_rollouts(
+        probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, history=PromptHistory(ok, ok)
+    )
+
+
+def test_streaming_is_not_used_for_a_step_that_has_nothing_to_plan(verifier):
+    # GRPO with planner=streaming: one batch, as with rounds (a streaming row has "members" and "stage")
+    probs, pp, pi = problems_and_rates()
+    engine = ScriptedPolicy(probs, pp, pi)
+    cfg = PlanConfig(
+        rollouts_per_step=64,
+        n_base=4,
+        plan_rounds=2,
+        allocation="uniform",
+        icl=False,
+        sharpen=False,
+        planner="streaming",
+    )
+    res = generate_rollouts(probs, engine, verifier, renderer(), cfg, SAMPLING)
+    assert len(engine.calls) == 1 and len(res.rounds) == 1
+    assert "members" not in res.rounds[0] and "stage" not in res.rounds[0]
+    # nothing drawn from an ICL prompt in a one-batch step
+    assert res.rounds[0]["seeded"] == [] and not any(x.seeded for x in res.records)
+
+
+@pytest.mark.parametrize("allocation", ["hrp", "uniform"])  # rounds, and one batch
+def test_step_timings_are_non_negative_and_within_the_call(verifier, allocation):
+    import time
+
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=64, n_base=4, plan_rounds=2, allocation=allocation, icl=False, sharpen=False)
+    t0 = time.perf_counter()
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
+    wall = time.perf_counter() - t0
+    timings = {k: v for k, v in res.metrics.items() if k.startswith("time/")}
+    assert {"time/generate", "time/verify", "time/plan"} <= timings.keys()
+    # each phase's time is a part of the call's: >= 0, and together no more than the call took
+    assert all(v >= 0 for v in timings.values()) and sum(timings.values()) <= wall
+    assert timings["time/generate"] > 0
+
+
+def test_a_round_of_one_rollout_is_planned(verifier):
+    # 2 prompts x 4 base rollouts + 1 = 9: the one planning round has a budget of 1 rollout, which it places
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=9, n_base=4, plan_rounds=1, icl=False, sharpen=False)
+    res = generate_rollouts(probs[:2], ScriptedPolicy(probs[:2], pp[:2], pi[:2]), verifier, renderer(), cfg, SAMPLING)
+    assert [sum(r["alloc"]) for r in res.rounds] == [8, 1] and len(res.records) == 9
+
+
+def test_keyword_only_arguments_after_sampling(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=64, n_base=4, plan_rounds=2, icl=False, sharpen=False)
+    with pytest.raises(TypeError):
+        generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, None)
