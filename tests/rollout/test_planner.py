@@ -563,3 +563,26 @@ def test_keyword_only_arguments_after_sampling(verifier):
     cfg = PlanConfig(rollouts_per_step=64, n_base=4, plan_rounds=2, icl=False, sharpen=False)
     with pytest.raises(TypeError):
         generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, None)
+
+
+def test_round_sampling_seeds_each_planning_round_apart():
+    import dataclasses
+
+    from xrpo.rollout.step import round_sampling
+
+    seeded = dataclasses.replace(SAMPLING, seed=5)
+    # round 0 samples with the step's parameters; an unseeded step stays unseeded in every round
+    assert round_sampling(seeded, 0) is seeded
+    assert all(round_sampling(dataclasses.replace(SAMPLING, seed=None), r).seed is None for r in range(4))
+    # rounds 1, 2, ... get seeds of their own, drawn from (seed, round): reproducible, distinct, non-negative int32
+    seeds = [round_sampling(seeded, r).seed for r in range(1, 40)]
+    assert seeds == [round_sampling(seeded, r).seed for r in range(1, 40)]
+    assert len(set(seeds + [5])) == 40 and all(0 <= s < 2**31 for s in seeds)
+    assert round_sampling(seeded, 1).temperature == seeded.temperature  # only the seed changes
+
+
+def test_planning_rounds_without_icl_cut_and_drop_no_examples(verifier):
+    probs, pp, pi = problems_and_rates()
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, icl=False, sharpen=False)
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
+    assert [(r["truncated"], r["dropped"], r["seeded"]) for r in res.rounds[1:]] == [(0, 0, [])] * 2
