@@ -1,5 +1,6 @@
-"""The fixed list of mutants: realistic defects of xrpo/algo, the planner, the batch sources and the trainer, each
-with the tests that must kill it by a failing assertion (`run_mutants.py`).
+"""The fixed list of mutants: realistic defects of xrpo/algo, the planner, the batch sources, the ICL index, the math
+verifier's reference check and the trainer, each with the tests that must kill it by a failing assertion
+(`run_mutants.py`).
 
 A mutant replaces ``original`` (which must occur exactly once in ``path``, byte for byte) by ``mutated``. When the code
 changes so that a mutant's text no longer occurs, `tests/mutants/test_mutants.py` fails and names it: update the
@@ -681,5 +682,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if True:\n        return sampling\n",
         (f"{PLANNER}::test_planning_rounds_do_not_redraw_the_base_rollouts_of_an_engine_seeded_per_prompt",),
         "every planning round samples with the step's seed: vLLM redraws a prompt's base rollouts as its extras",
+    ),
+    # ------------------------------------------------------------------- bugs fixed at stop 42, each with its test
+    Mutant(
+        "hnsw-load-any-dim",
+        "xrpo/icl/index.py",
+        "        if saved != self.dim:  # hnswlib would load it and read each vector with the wrong length\n",
+        "        if False:\n",
+        ("tests/icl/test_index.py::test_hnsw_save_and_load_give_the_same_results",),
+        "a saved HNSW graph loaded with another dim: hnswlib reads each vector with the wrong length, no error",
+    ),
+    Mutant(
+        "cures-overflowing-temperature",
+        "xrpo/algo/cures.py",
+        "    if not np.all(np.isfinite(logits)):  # T below ~1e-308",
+        "    if False:  # T below ~1e-308",
+        (
+            "tests/algo/test_cures.py::"
+            "test_per_prompt_arguments_of_the_wrong_shape_and_overflowing_temperatures_are_named",
+        ),
+        "a temperature so small that a logit overflows gives NaN sampling probabilities instead of an error",
+    ),
+    Mutant(
+        "math-accepts-test-cases",
+        "xrpo/rewards/math.py",
+        'elif ref.lstrip()[0] in "{[":',
+        "elif False:",
+        ("tests/rewards/test_math.py::test_references_no_answer_can_match_are_refused_before_training",),
+        "a code problem's test cases given to the math verifier: every rollout scores 0, silently",
+    ),
+    Mutant(
+        "rounds-row-fractional-alloc",
+        "xrpo/rollout/records.py",
+        "if not (is_int(a) and a >= 0 and",
+        "if not (isinstance(a, (int, float)) and a >= 0 and",
+        ("tests/rollout/test_records.py::test_a_damaged_row_is_refused_naming_the_field",),
+        "a rounds.jsonl row with a fractional rollout count is read as data (xrpo report used to accept it)",
     ),
 )

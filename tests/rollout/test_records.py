@@ -32,6 +32,10 @@ GOOD = {"step": 1, "round": 1, "alloc": [4, 2], "problems": ["a", "b"], "success
             r"prompt 1 has successes=0 of alloc=-1; expected integers with 0 <= ",
         ),
         ({"successes": [1, 3]}, r"prompt 1 has successes=3 of alloc=2"),
+        (
+            {"alloc": [4, 2.5]},
+            r"prompt 1 has successes=2 of alloc=2\.5; expected integers with 0 <= successes <= alloc",
+        ),
         ({"successes": [1, 1.0]}, r"prompt 1 has successes=1\.0 of alloc=2"),
         ({"problems": ["a"]}, r"'alloc' / 'problems' / 'successes' must be lists of one length .*problems 1"),
         (
