@@ -73,23 +73,15 @@ def test_rollout_metrics_by_hand():
 
     import numpy as np
 
-    from xrpo.rollout.records import PlanResult, RolloutRecord
+    from xrpo.rollout.records import PlanResult
     from xrpo.rollout.step import rollout_metrics
 
+    from ._fakes import record
+
     def rec(q, reward, n_tokens, seeded=False, finish="eos"):
-        return RolloutRecord(
-            problem_index=q,
-            group_id=q,
-            round=0,
-            seeded=seeded,
-            gen_prompt_ids=[1],
-            train_prompt_ids=[1],
-            completion_ids=[7] * n_tokens,
-            logprobs=[-0.5] * n_tokens,
-            finish_reason=finish,
-            text="",
-            reward=reward,
-        )
+        x = record(q, reward, "", seeded, lps=(-0.5,) * n_tokens)
+        x.round, x.finish_reason = 0, finish
+        return x
 
     # 5 prompts: q0 rewards 1, 0, 1 (mixed; its last rollout ICL-seeded); q1 0, 0 (all equal); q2 1, 1, 1, 1 (all
     # equal, solved); q3 none; q4 one rollout (trivially all equal). 10 rollouts, 1 cut at max length.
