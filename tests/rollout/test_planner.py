@@ -539,7 +539,8 @@ def test_step_timings_are_non_negative_and_within_the_call(verifier, allocation)
     import time
 
     probs, pp, pi = problems_and_rates()
-    cfg = PlanConfig(rollouts_per_step=64, n_base=4, plan_rounds=2, allocation=allocation, icl=False, sharpen=False)
+    # 16 prompts x 4 base rollouts, then 64 more over two planning rounds (hrp) or one batch of 128 (uniform)
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation=allocation, icl=False, sharpen=False)
     t0 = time.perf_counter()
     res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
     wall = time.perf_counter() - t0
@@ -548,6 +549,7 @@ def test_step_timings_are_non_negative_and_within_the_call(verifier, allocation)
     # each phase's time is a part of the call's: >= 0, and together no more than the call took
     assert all(v >= 0 for v in timings.values()) and sum(timings.values()) <= wall
     assert timings["time/generate"] > 0
+    assert len(res.rounds) == (3 if allocation == "hrp" else 1)
 
 
 def test_a_round_of_one_rollout_is_planned(verifier):
