@@ -534,22 +534,25 @@ def test_streaming_is_not_used_for_a_step_that_has_nothing_to_plan(verifier):
     assert res.rounds[0]["seeded"] == [] and not any(x.seeded for x in res.records)
 
 
-@pytest.mark.parametrize("allocation", ["hrp", "uniform"])  # rounds, and one batch
-def test_step_timings_are_non_negative_and_within_the_call(verifier, allocation):
+@pytest.mark.parametrize("allocation, icl", [("hrp", False), ("uniform", False), ("hrp", True)])
+def test_step_timings_are_non_negative_and_within_the_call(verifier, allocation, icl):
     import time
 
     probs, pp, pi = problems_and_rates()
     # 16 prompts x 4 base rollouts, then 64 more over two planning rounds (hrp) or one batch of 128 (uniform)
-    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation=allocation, icl=False, sharpen=False)
+    cfg = PlanConfig(rollouts_per_step=128, n_base=4, plan_rounds=2, allocation=allocation, icl=icl, sharpen=False)
+    corpus = seeded_corpus(probs) if icl else None
     t0 = time.perf_counter()
-    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING)
+    res = generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, corpus=corpus)
     wall = time.perf_counter() - t0
     timings = {k: v for k, v in res.metrics.items() if k.startswith("time/")}
-    assert {"time/generate", "time/verify", "time/plan"} <= timings.keys()
+    assert timings.keys() == {"time/generate", "time/verify", "time/plan", "time/retrieve"}
     # each phase's time is a part of the call's: >= 0, and together no more than the call took
     assert all(v >= 0 for v in timings.values()) and sum(timings.values()) <= wall
     assert timings["time/generate"] > 0
     assert len(res.rounds) == (3 if allocation == "hrp" else 1)
+    # the never-solved prompts are seeded from the corpus: retrieval ran (and only then)
+    assert (timings["time/retrieve"] > 0) == icl and (res.metrics["icl/seeded_prompts"] > 0) == icl
 
 
 def test_a_round_of_one_rollout_is_planned(verifier):
