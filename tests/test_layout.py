@@ -23,9 +23,14 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/trainer/test_config.py",),
         "building a TrainConfig (presets, YAML, overrides, to/from dict) is tested beside the schema it fills",
     ),
-    "xrpo/trainer/fields.py": (
+    "xrpo/rundir/fields.py": (
         ("tests/trainer/test_config.py", "tests/test_cli_simulate.py", "tests/test_cli_eval.py"),
         "field docstrings and type conversion, tested through the configs and command lines that use them",
+    ),
+    "xrpo/rundir/yamlfile.py": (
+        ("tests/trainer/test_config.py", "tests/test_cli_simulate.py", "tests/eval/test_report.py"),
+        "the YAML reader, tested through the files read with it: trainer configs, `xrpo simulate --config`, a "
+        "run's config.yaml in `xrpo report`",
     ),
     "xrpo/eval/build.py": (
         ("tests/eval/test_evaluate.py",),

@@ -661,10 +661,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "checkpoint-listed-without-its-marker",
-        "xrpo/trainer/checkpoint.py",
+        "xrpo/rundir/checkpoints.py",
         'and not p.name.endswith(".tmp") and (p / MARKER).exists()',
         'and not p.name.endswith(".tmp")',
-        ("tests/trainer/test_checkpoint.py",),
+        ("tests/rundir/test_checkpoints.py",),
         "a checkpoint killed before its COMPLETE marker is listed and resumed from",
     ),
     Mutant(
@@ -713,10 +713,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rounds-row-fractional-alloc",
-        "xrpo/rollout/records.py",
+        "xrpo/rundir/rounds.py",
         "if not (is_int(a) and a >= 0 and",
         "if not (isinstance(a, (int, float)) and a >= 0 and",
-        ("tests/rollout/test_records.py::test_a_damaged_row_is_refused_naming_the_field",),
+        ("tests/rundir/test_rounds.py::test_a_damaged_row_is_refused_naming_the_field",),
         "a rounds.jsonl row with a fractional rollout count is read as data (xrpo report used to accept it)",
     ),
 )
