@@ -9,7 +9,8 @@
   (``sys.stdin`` is CPython's ``TextIOWrapper`` over fd 0 with its ``mode``, ``name``, ``buffer``, ``fileno()``, ...),
   ``sys.argv``, ``sys.path[0]`` the program's directory, then the program, then `finalize`: what
   ``Py_FinalizeEx`` does, in its order (non-daemon threads joined, ``atexit`` handlers, the standard streams flushed,
-  the program's globals cleared so that file objects it left open are closed and flushed, the garbage collected).
+  the garbage collected, the standard streams restored and the program's globals cleared so that file objects it
+  left open are closed and flushed, the standard streams flushed again).
 
 Runs inside the sandbox's interpreter in one namespace with the boot's other parts (`xrpo.sandbox.programs.BOOT_PARTS`):
 standard library only, nothing from xrpo.
@@ -90,18 +91,22 @@ def finalize(g: dict | None, code: int) -> int:
     except BaseException:  # noqa: BLE001
         pass
     code = _flush_standard_streams(code)
-    if g is not None:
-        # module teardown: names starting with one underscore first, then the rest (as _PyModule_ClearDict), so that
-        # objects only the program's globals hold are finalized: a file object on fd 1 is flushed and closed
-        try:
+    try:
+        import gc
+
+        gc.collect()
+        # module teardown (finalize_modules): the standard streams back to the interpreter's own, then the program's
+        # globals cleared, names starting with one underscore first (as _PyModule_ClearDict), so that the objects
+        # only they hold are finalized: a file object left open on fd 1 is flushed and closed; a replaced sys.stdout
+        # (a fast-I/O wrapper) too. What a finalizer raises is printed and ignored, as the interpreter does.
+        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
+        if g is not None:
             for key in [k for k in g if k.startswith("_") and not k.startswith("__")] + list(g):
                 if key != "__builtins__" and key in g:  # builtins stay for the finalizers, as in CPython
                     g[key] = None
-            import gc
-
-            gc.collect()
-        except BaseException:  # noqa: BLE001 - a finalizer's exception is printed by the interpreter itself
-            pass
+        gc.collect()
+    except BaseException:  # noqa: BLE001
+        pass
     return _flush_standard_streams(code)  # what the finalizers printed
 
 
