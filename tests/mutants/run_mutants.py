@@ -6,7 +6,8 @@
 
 For each mutant the runner forks a child that imports the mutated source instead of the file on disk (an import hook
 serves the mutated text for that one path, to imports and to the sandbox's boot, which reads its source the same way:
-the working tree is never modified, so an interrupted run leaves nothing behind) and runs ``pytest -x`` on the mutant's tests. The outcome is the first failure:
+the working tree is never modified, so an interrupted run leaves nothing behind) and runs ``pytest -x`` on the
+mutant's tests. The outcome is the first failure:
 
     killed     a test failed on an assertion (``assert``, ``pytest.fail``, ``pytest.raises`` that did not raise)
     crashed    it failed on another exception (an import error, a TypeError deep in the code ...): the mutant broke

@@ -97,7 +97,8 @@ CORPUS: dict[str, tuple[str, list[tuple[str, str]], bool]] = {
         True,
     ),
     "stdout-write-join": (
-        "import sys\nn = int(input())\na = sorted(map(int, input().split()))\nsys.stdout.write(' '.join(map(str, a)) + '\\n')",
+        "import sys\nn = int(input())\na = sorted(map(int, input().split()))\n"
+        "sys.stdout.write(' '.join(map(str, a)) + '\\n')",
         [(NUMS, "1 1 3 4 5\n")],
         True,
     ),
@@ -163,7 +164,8 @@ CORPUS: dict[str, tuple[str, list[tuple[str, str]], bool]] = {
     ),
     "thread-deep-recursion": (
         "import sys, threading\nsys.setrecursionlimit(10**6)\nthreading.stack_size(2**26)\n"
-        "def main():\n    n = int(input())\n    def f(k):\n        return 0 if k == 0 else k + f(k - 1)\n    print(f(n))\n"
+        "def main():\n    n = int(input())\n    def f(k):\n        return 0 if k == 0 else k + f(k - 1)\n"
+        "    print(f(n))\n"
         "threading.Thread(target=main).start()",
         [("100000\n", f"{100000 * 100001 // 2}\n")],
         True,
@@ -177,7 +179,8 @@ CORPUS: dict[str, tuple[str, list[tuple[str, str]], bool]] = {
     ),
     "lru-cache-recursion": (
         "import sys\nfrom functools import lru_cache\nsys.setrecursionlimit(10000)\n"
-        "@lru_cache(maxsize=None)\ndef fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nprint(fib(int(input())))",
+        "@lru_cache(maxsize=None)\ndef fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+        "print(fib(int(input())))",
         [("90\n", "2880067194370816120\n")],
         True,
     ),
@@ -238,7 +241,8 @@ CORPUS: dict[str, tuple[str, list[tuple[str, str]], bool]] = {
         True,
     ),
     "tempfile-module": (
-        "import tempfile\nwith tempfile.TemporaryFile('w+') as f:\n    f.write('14')\n    f.seek(0)\n    print(f.read())",
+        "import tempfile\nwith tempfile.TemporaryFile('w+') as f:\n    f.write('14')\n    f.seek(0)\n"
+        "    print(f.read())",
         SUM[:1],
         True,
     ),
@@ -265,7 +269,8 @@ CORPUS: dict[str, tuple[str, list[tuple[str, str]], bool]] = {
         True,
     ),
     "struct-array": (
-        "import array, struct\na = array.array('i', range(5))\nprint(sum(a), struct.unpack('<I', struct.pack('<I', 258))[0])",
+        "import array, struct\na = array.array('i', range(5))\n"
+        "print(sum(a), struct.unpack('<I', struct.pack('<I', 258))[0])",
         [("", "10 258\n")],
         True,
     ),
@@ -274,7 +279,11 @@ CORPUS: dict[str, tuple[str, list[tuple[str, str]], bool]] = {
         SUM,
         True,
     ),
-    "time-perf-counter": ("import time\nt = time.perf_counter()\nprint(14 if time.perf_counter() >= t else 0)", SUM[:1], True),
+    "time-perf-counter": (
+        "import time\nt = time.perf_counter()\nprint(14 if time.perf_counter() >= t else 0)",
+        SUM[:1],
+        True,
+    ),
     "crlf-input": (
         "s = input()\nprint(len(s.strip()), s.strip())",
         [("abc\r\n", "3 abc\n")],

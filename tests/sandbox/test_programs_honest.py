@@ -2,8 +2,9 @@
 each test is a property "a correct program that does X is judged correct", checked on several programs that do X.
 
 The sandbox changes what a program may do to the machine, never whether a correct program is judged correct: a
-program that ``python3 solution.py < input`` runs correctly must print the same here. tests/rewards/test_code_differential.py
-runs a corpus of such programs both ways, through the verifier, in every isolation mode.
+program that ``python3 solution.py < input`` runs correctly must print the same here.
+tests/rewards/test_code_differential.py runs a corpus of such programs both ways, through the verifier, in every
+isolation mode.
 """
 
 from __future__ import annotations
@@ -122,7 +123,11 @@ def test_a_program_sees_the_standard_streams_a_plain_interpreter_gives_it(tmp_pa
     (tmp_path / "solution.py").write_text(STREAMS)
     with open(tmp_path / "in.txt", "rb") as f:
         plain = subprocess.run(
-            [sys.executable, "solution.py"], stdin=f, capture_output=True, cwd=tmp_path, env=programs._env(str(tmp_path))
+            [sys.executable, "solution.py"],
+            stdin=f,
+            capture_output=True,
+            cwd=tmp_path,
+            env=programs._env(str(tmp_path)),
         )
     assert plain.returncode == 0, plain.stderr
     assert outputs({"streams": STREAMS}, stdin=stdin)["streams"] == plain.stdout
@@ -288,14 +293,18 @@ def test_a_correct_program_is_not_starved_by_a_neighbour_in_the_same_batch():
     (its test's session, or its cgroup), and its test ends at its CPU limit, all its processes counted."""
     layers = set(probe())
     if not _fair_share_here(layers):
-        pytest.skip("neither cgroup v2 cpu.max nor autogroup with seccomp here: a neighbour's share is bounded only by "
-                    "its CPU limit (docs/code.md)")
+        pytest.skip(
+            "neither cgroup v2 cpu.max nor autogroup with seccomp here: a neighbour's share is bounded only by "
+            "its CPU limit (docs/code.md)"
+        )
     n = 4_000_000
     ref = json.dumps([{"input": f"{n}\n", "output": f"{sum(i * i % 7 for i in range(n))}\n"}] * 2)
     v = CodeVerifier(timeout=1.5, sample_timeout=20.0, memory_mb=256, workers=2, max_processes=16)
     alone = v.verify_batch([f"```python\n{HONEST}\n```"], [ref])[0]
     assert alone.score == 1.0, alone
-    neighbour, honest = v.verify_batch([f"```python\n{NEIGHBOUR}\n```", f"```python\n{HONEST}\n# beside\n```"], [ref] * 2)
+    neighbour, honest = v.verify_batch(
+        [f"```python\n{NEIGHBOUR}\n```", f"```python\n{HONEST}\n# beside\n```"], [ref] * 2
+    )
     assert honest.score == 1.0, honest
     assert neighbour.reason == "timeout", neighbour
     assert {"cpu_time", "cpu_max"} & set(honest.metadata["isolation"])

@@ -16,7 +16,6 @@ standard library only, nothing from xrpo.
 import os
 import select
 import signal
-import sys
 import time
 
 if __name__ != "_boot":  # imported (tests, tools); the sandbox runs every part in one namespace instead
@@ -347,7 +346,7 @@ def _run_test(job, i, code_obj, deadline, max_credit, may_kill_all, nproc, in_fd
     exit_code = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else None
     sig = os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else None
     cpu_used = (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0
-    del err[: -_STDERR_TAIL]
+    del err[:-_STDERR_TAIL]
     stderr = err.decode("utf-8", "replace")
     if status is None:
         if _oom_kills(events_fd) > oom_before:

@@ -364,7 +364,8 @@ def _remount_readonly(libc: Libc, under: str, skip: tuple, strict: bool) -> None
 def _setup_rootfs(libc: Libc, job: dict, uid: int | None) -> None:
     """A fresh root (a tmpfs over the caller's empty work dir) holding read-only binds of `_ROOT_DIRS`, the
     interpreter's directories (their site-packages hidden but for the allowed packages), `_ROOT_FILES`,
-    `_ROOT_DEVICES` and `_DEV_LINKS`; the work dir at its own path; /proc. Then chroot into it: no other file of the machine exists for the program."""
+    `_ROOT_DEVICES` and `_DEV_LINKS`; the work dir at its own path; /proc. Then chroot into it: no other file of the
+    machine exists for the program."""
     workdir = job["workdir"]
     new = workdir
     os.umask(0o022)
