@@ -133,22 +133,18 @@ def test_a_program_sees_the_standard_streams_a_plain_interpreter_gives_it(tmp_pa
     assert outputs({"streams": STREAMS}, stdin=stdin)["streams"] == plain.stdout
 
 
-FAST_IO = """
+# the Codeforces fast-I/O template (PyRival's), as solutions paste it above their code
+FAST_IO_TEMPLATE = """
 import os, sys
 from io import BytesIO, IOBase
-
 BUFSIZE = 8192
-
-
 class FastIO(IOBase):
     newlines = 0
-
     def __init__(self, file):
         self._fd = file.fileno()
         self.buffer = BytesIO()
         self.writable = "x" in file.mode or "r" not in file.mode
         self.write = self.buffer.write if self.writable else None
-
     def read(self):
         while True:
             b = os.read(self._fd, max(os.fstat(self._fd).st_size, BUFSIZE))
@@ -158,7 +154,6 @@ class FastIO(IOBase):
             self.buffer.seek(0, 2), self.buffer.write(b), self.buffer.seek(ptr)
         self.newlines = 0
         return self.buffer.read()
-
     def readline(self):
         while self.newlines == 0:
             b = os.read(self._fd, max(os.fstat(self._fd).st_size, BUFSIZE))
@@ -167,13 +162,10 @@ class FastIO(IOBase):
             self.buffer.seek(0, 2), self.buffer.write(b), self.buffer.seek(ptr)
         self.newlines -= 1
         return self.buffer.readline()
-
     def flush(self):
         if self.writable:
             os.write(self._fd, self.buffer.getvalue())
             self.buffer.truncate(0), self.buffer.seek(0)
-
-
 class IOWrapper(IOBase):
     def __init__(self, file):
         self.buffer = FastIO(file)
@@ -182,18 +174,14 @@ class IOWrapper(IOBase):
         self.write = lambda s: self.buffer.write(s.encode("ascii"))
         self.read = lambda: self.buffer.read().decode("ascii")
         self.readline = lambda: self.buffer.readline().decode("ascii")
-
-
 sys.stdin, sys.stdout = IOWrapper(sys.stdin), IOWrapper(sys.stdout)
 input = lambda: sys.stdin.readline().rstrip("\\r\\n")
-
-n = int(input())
-print(sum(map(int, input().split())) * n)
 """
 
 
 def test_a_program_with_the_codeforces_fast_io_template_is_judged_correct():
-    assert outputs({"fast-io": FAST_IO}, stdin="2\n1 2 3\n")["fast-io"] == b"12\n"
+    program = FAST_IO_TEMPLATE + "n = int(input())\nprint(sum(map(int, input().split())) * n)\n"
+    assert outputs({"fast-io": program}, stdin="2\n1 2 3\n")["fast-io"] == b"12\n"
 
 
 def test_a_program_that_opens_dev_stdin_or_dev_fd_is_judged_correct():

@@ -235,15 +235,19 @@ class Libc:
 
     def session_lock(self, machine: str):
         """A function that keeps the calling process and all it starts in its session (setsid returns 0 and does
-        nothing), or None where this machine has no seccomp table. Built once (the harness), called in each test
-        process."""
+        nothing), or None where this machine has no seccomp table. Built once (the harness: the filter's structures
+        are made here), called in each test process."""
         if machine not in _SECCOMP_ARCHES:
             return None
         arch, _, _, _, family = _SECCOMP_ARCHES[machine]
-        prog = _filter(arch, None, (), (), (), skip=[_SETSID[family]])
-        return lambda: self._install(prog)
+        install = self._installer(_filter(arch, None, (), (), (), skip=[_SETSID[family]]))
+        return install
 
     def _install(self, prog: list) -> bool:
+        return self._installer(prog)()
+
+    def _installer(self, prog: list):
+        """A function that installs the classic BPF program `prog` as a seccomp filter (True) or returns False."""
         ct = self.ctypes
 
         class Insn(ct.Structure):
@@ -253,18 +257,17 @@ class Libc:
             _fields_ = [("len", ct.c_uint16), ("filter", ct.POINTER(Insn))]
 
         insns = (Insn * len(prog))(*(Insn(*i) for i in prog))
-        try:
-            self.call(
-                "prctl",
-                _PR_SET_SECCOMP,
-                ct.c_ulong(_SECCOMP_MODE_FILTER),
-                ct.byref(Prog(len(prog), insns)),
-                ct.c_ulong(0),
-                ct.c_ulong(0),
-            )
-        except OSError:
-            return False
-        return True
+        fprog = Prog(len(prog), insns)
+        args = (_PR_SET_SECCOMP, ct.c_ulong(_SECCOMP_MODE_FILTER), ct.byref(fprog), ct.c_ulong(0), ct.c_ulong(0))
+
+        def install() -> bool:
+            try:
+                self.call("prctl", *args)
+            except OSError:
+                return False
+            return insns is not None  # (the structures live as long as this function)
+
+        return install
 
     def new_session_keyring(self, machine: str) -> bool:
         """Join a fresh anonymous session keyring (KEYCTL_JOIN_SESSION_KEYRING): the caller's session keyring, which
