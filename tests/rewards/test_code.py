@@ -198,6 +198,10 @@ def test_registry_and_arguments():
         CodeVerifier(isolation="off")
     with pytest.raises(ValueError, match="timeout"):
         CodeVerifier(timeout=-1)
+    for bad in ("numpy", ["numpy.linalg"], [3]):
+        with pytest.raises(ValueError, match="packages"):
+            CodeVerifier(packages=bad)
+    assert CodeVerifier(packages=[]).packages == () and CodeVerifier().packages == ("numpy",)
 
 
 # ------------------------------------------------------------------ issue 17: what a program prints or returns

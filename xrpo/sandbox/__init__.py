@@ -15,12 +15,13 @@ shared pool. This package imports nothing of xrpo.
 """
 
 from xrpo.sandbox.pool import WorkerPool, default_workers, shared_pool, shutdown_pools
-from xrpo.sandbox.programs import ISOLATION, MODES, Limits, probe, run_program
+from xrpo.sandbox.programs import ISOLATION, MODES, PACKAGES, Limits, probe, run_program
 from xrpo.sandbox.stream import SandboxResult, TestOutcome
 
 __all__ = [
     "ISOLATION",
     "MODES",
+    "PACKAGES",
     "Limits",
     "SandboxResult",
     "TestOutcome",
