@@ -112,8 +112,17 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "and attack programs",
     ),
     "xrpo/sandbox/_boot_harness.py": (
-        ("tests/sandbox/test_programs.py", "tests/rewards/test_code_adversarial.py"),
+        (
+            "tests/sandbox/test_programs.py",
+            "tests/sandbox/test_programs_honest.py",
+            "tests/rewards/test_code_adversarial.py",
+        ),
         "the boot's test harness, run inside the sandboxed child; tested through run_program",
+    ),
+    "xrpo/sandbox/_boot_program.py": (
+        ("tests/sandbox/test_programs_honest.py", "tests/rewards/test_code_differential.py"),
+        "the program's process inside the sandboxed child (its interpreter, its end); tested through run_program and "
+        "a corpus run both plainly and in the sandbox",
     ),
     "xrpo/sandbox/_boot_check.py": (
         ("tests/sandbox/test_programs_protocol.py", "tests/sandbox/test_programs.py"),
