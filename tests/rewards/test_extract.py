@@ -333,6 +333,12 @@ def test_unbalanced_and_truncated_answers_after_a_marker():
     assert extract_answer("The answer is $\\frac{1}{2").detail == "unbalanced"  # an unclosed formula
     ex = extract_answer("The answer is $" + "1" * 20 + "$ ok", max_answer_chars=10)
     assert ex.detail == "answer_too_long"
+    # an expression, a bracket or a text answer that runs past the cap is not graded, however long the text
+    for rest in ("1, " * 50_000, "(" * 100_000, "abc " * 50_000, "1 or " * 50_000):
+        assert extract_answer("The answer is " + rest).detail == "answer_too_long", rest[:8]
+    # a few empty formulas are markup; a long run of them leaves no answer
+    assert extract_answer("The answer is $$$$ 7").answer == "7"
+    assert extract_answer("The answer is " + "$$" * 100_000 + " 7").detail == "empty"
 
 
 def test_the_last_number_is_read_only_when_asked():

@@ -329,12 +329,12 @@ _JOIN = re.compile(r"[ \t]*(?:,[ \t]*(?:(?:and|or)\b[ \t]*)?|(?:and|or)\b[ \t]*)
 def _answer_after(text: str, i: int, max_answer_chars: int) -> tuple[str | None, str | None]:
     """The answer that follows a marker ending at `text[i]`: `(answer, None)` or `(None, detail)`; the detail is
     "confirmation" when the marker is followed by a confirmation instead of an answer."""
-    while True:
+    for _ in range(4):  # a few empty formulas (`$$$$`) are markup; a long run of them is not worth a scan
         i = _LEAD.match(text, i).end()
         f = _formula_at(text, i, min(len(text), i + max_answer_chars + 4))
         if f is None or f[1] > f[0] or f[2] == f[1]:
             break
-        i = f[2]  # an empty formula (`$$$$`) is markup
+        i = f[2]
     if _VERDICT.match(text, i):
         return None, "confirmation"
     # room past the cap to see where the expression ends (an answer ending at the cap may be followed by a unit)
