@@ -1,6 +1,6 @@
 """The fixed list of mutants: realistic defects of xrpo/algo, the planner, the batch sources, the ICL index, the math
-verifier's reference check, the code verifier and its sandbox, and the trainer, each with the tests that must kill it
-by a failing assertion (`run_mutants.py`).
+verifier's reference check and answer extraction, the code verifier and its sandbox, and the trainer, each with the
+tests that must kill it by a failing assertion (`run_mutants.py`).
 
 A mutant replaces ``original`` (which must occur exactly once in ``path``, byte for byte) by ``mutated``. When the code
 changes so that a mutant's text no longer occurs, `tests/mutants/test_mutants.py` fails and names it: update the
@@ -711,6 +711,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "elif False:",
         ("tests/rewards/test_math.py::test_references_no_answer_can_match_are_refused_before_training",),
         "a code problem's test cases given to the math verifier: every rollout scores 0, silently",
+    ),
+    Mutant(
+        "math-hedge-read-as-its-first-value",
+        "xrpo/rewards/extract.py",
+        '            elif w == "or" or (w == "and" and _ITEM.match(text, nxt)):',
+        '            elif w == "and" and _ITEM.match(text, nxt):',
+        ("tests/rewards/test_extract.py::test_words_that_change_the_value_stay_in_the_answer",),
+        'a hedged "The answer is 18 or 19." read as 18: a wrong answer rewarded whenever the first value is right',
     ),
     Mutant(
         "rounds-row-fractional-alloc",
