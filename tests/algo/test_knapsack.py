@@ -1,6 +1,6 @@
-"""Tests of xrpo.algo.knapsack (Knapsack RL's allocation, issue #33): the value, the estimate of p with its fallbacks,
-the exact DP against brute force, the concave fast path against the DP. Hand-computed cases with the arithmetic in
-comments."""
+"""Tests of xrpo.algo.knapsack (Knapsack RL's value and solvers, and the rule read from its description): the value,
+the estimate of p with its fallbacks, the exact DP against brute force, the concave fast path against the DP.
+Hand-computed cases with the arithmetic in comments."""
 
 from __future__ import annotations
 

@@ -142,7 +142,7 @@ def test_refill_by_hand():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# beyond the paper (issue #33): knapsack and xrpo-plus as registered allocators
+# beyond the paper: knapsack and xrpo-plus as registered allocators
 # ---------------------------------------------------------------------------------------------------------------
 
 

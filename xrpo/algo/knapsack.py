@@ -1,8 +1,10 @@
 """Knapsack RL's rollout allocation: each prompt an item, its rollout count the weight, solved as a knapsack.
 
-Li et al., "Knapsack RL: Unlocking Exploration of LLMs via Optimizing Budget Allocation" (ICML 2026, arXiv
-2509.25849), read from its description (issue #33; its abstract and summaries: the full text was not available
-offline), not from its code. What is implemented, and which choices are ours:
+Li et al., "Knapsack RL: Unlocking Exploration of LLMs via Optimizing Budget Allocation" (arXiv 2509.25849). The
+value and the exact solvers here serve both rules: the authors' code's (`xrpo.algo.knapsack_rl`, the default
+``knapsack_fallback=authors``) and the rule first read from the paper's description (its abstract and summaries),
+kept for the ablation as ``knapsack_fallback=leftover`` / ``jeffreys`` (`knapsack_allocation`). That rule, and which
+of its choices were ours:
 
     value_i(n)  = P(non-zero gradient | p_i, n) x InfoGain(p_i)                               (the paper's value)
     P(...)      = 1 - p^n - (1 - p)^n                  (a group of n 0/1 rewards is not all equal)
