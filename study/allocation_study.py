@@ -1,5 +1,5 @@
-"""Issue #33, item 3 (training): Knapsack RL and xrpo-plus against GRPO on the study's runs, paired by seed, beside
-what `xrpo simulate` predicted from GRPO's own success rates.
+"""Allocation beyond the paper, in training: Knapsack RL and xrpo-plus against GRPO on the study's runs, paired by
+seed, beside what `xrpo simulate` predicted from GRPO's own success rates.
 
     python study/run_study.py --config study/signal.yaml --methods grpo knapsack xrpo-plus --seeds 0 1 2 3 4 \\
         --eval-every 30 --out runs/study33 --doc /tmp/study33.md

@@ -10,7 +10,8 @@ Submodules (import them directly; this package imports nothing so that each stay
     sampling     DAPO dynamic-sampling group filter
     passk        §4.1 evaluation metrics: unbiased pass@k (Chen et al. 2021) and cons@k (majority vote)
     knapsack     Knapsack RL's allocation (Li et al. 2026): value P(non-zero gradient) x p(1-p)^2, exact DP over
-                 (prompt, budget), estimate of p from a prompt's last visit (issue #33, beyond the paper)
-    posterior_alloc  xrpo-plus: a planning round placed by a Beta posterior's expected informative rollouts (#33)
+                 (prompt, budget), estimate of p from a prompt's last visit (beyond the paper)
+    posterior_alloc  xrpo-plus: a planning round placed by a Beta posterior's expected informative rollouts
+                 (beyond the paper)
     presets      named methods (grpo, dapo, gspo, dr_grpo, xrpo, ablations) as knob values with their sources
 """

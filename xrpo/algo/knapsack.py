@@ -1,8 +1,8 @@
 """Knapsack RL's rollout allocation: each prompt an item, its rollout count the weight, solved as a knapsack.
 
 Li et al., "Knapsack RL: Unlocking Exploration of LLMs via Optimizing Budget Allocation" (ICML 2026, arXiv
-2509.25849), read from its description (issue #33; its abstract and summaries: the full text was not available
-offline), not from its code. What is implemented, and which choices are ours:
+2509.25849), read from its description (its abstract and summaries: the full text was not available offline),
+not from its code. What is implemented, and which choices are ours:
 
     value_i(n)  = P(non-zero gradient | p_i, n) x InfoGain(p_i)                               (the paper's value)
     P(...)      = 1 - p^n - (1 - p)^n                  (a group of n 0/1 rewards is not all equal)
@@ -17,7 +17,7 @@ offline), not from its code. What is implemented, and which choices are ours:
   (:func:`last_visit_rate`). Two cases the paper's description leaves to us:
     * **never seen** (n = 0): ``prior_rate`` if given, else the pooled rate sum k / sum n of the batch's prompts that
       were seen (the batch's best guess of an unseen prompt's rate), else 1/2;
-    * **never solved** (0 of n; the issue's "fallback for prompts never solved") and **always solved** (n of n):
+    * **never solved** (0 of n) and **always solved** (n of n):
       the value formula gives them 0 at every n. ``fallback="leftover"`` (default) keeps that: they get ``n_min``,
       the knapsack places the rest over the other prompts, and only what those cannot take (their ``n_max``) goes
       to the never-solved prompts, evenly, then to the always-solved ones. ``fallback="jeffreys"`` values them

@@ -10,7 +10,7 @@ the corresponding XRPO setting.
 Presets: ``grpo`` (the XRPO paper's GRPO baseline), ``grpo-deepseekmath`` (GRPO as published), ``dapo``, ``gspo``,
 ``dr_grpo``, ``xrpo``, ``xrpo-gspo``, the ablations of XRPO §4.3 ``xrpo-no-hrp``, ``xrpo-no-icl``, ``xrpo-no-as``,
 ``xrpo-no-as-icl``, TreePO's ``treepo-sampling`` (the XRPO paper's TPO-S baseline) and ``treepo``, the CurES
-baseline ``cures``, and beyond the paper (issue #33) the Knapsack RL baseline ``knapsack`` and xrpo's own planner
+baseline ``cures``, and beyond the paper the Knapsack RL baseline ``knapsack`` and xrpo's own planner
 ``xrpo-plus``. docs/methods.md explains each.
 """
 
@@ -374,9 +374,10 @@ _ABLATION_AS_ICL = (
     'planning as the sole training signal;"'
 )
 
-# beyond the paper (issue #33; docs/methods.md, "Allocation beyond the paper")
+# beyond the paper (docs/methods.md, "Allocation beyond the paper")
 _KNAPSACK_PAPER = (
-    'Li et al. 2026 (Knapsack RL, ICML 2026, arXiv 2509.25849), as issue #33 summarises it: "each prompt is an item '
+    "Li et al. 2026 (Knapsack RL, ICML 2026, arXiv 2509.25849), in a summary of the paper: "
+    '"each prompt is an item '
     "whose value is the probability of a non-zero gradient at a given group size times an information gain of "
     "roughly p(1-p)^2, budgets solved by dynamic programming, success rates estimated from the prompt's last visit\"; "
     'on GRPO, as the paper reports it ("+20-40% non-zero-gradient groups for GRPO"); xrpo.algo.knapsack'
@@ -384,7 +385,7 @@ _KNAPSACK_PAPER = (
 _KNAPSACK = _derive(_GRPO, allocation=Knob("knapsack", _KNAPSACK_PAPER))
 
 _XRPO_PLUS_PLANNER = (
-    "xrpo (issue #33, item 2): each planning round split where a Beta(1, 1) posterior of the prompt's success rate "
+    "xrpo (beyond the paper): each planning round split where a Beta(1, 1) posterior of the prompt's success rate "
     "(the step's rewards + the prompt's last visit) expects the most rollouts with a non-zero advantage "
     "(xrpo.algo.posterior_alloc); every other knob as xrpo"
 )

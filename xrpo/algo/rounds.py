@@ -30,7 +30,7 @@ step's prompts with it and hands the planner its counts (CurES), ``uses_history`
 trainer then keeps each training problem's last visit and checkpoints it; a non-adaptive one also sizes the one
 batch of a step, `batch_counts`). An unknown name raises listing the valid ones; a duplicate raises.
 
-Beyond the paper (issue #33, docs/methods.md "Allocation beyond the paper"):
+Beyond the paper (docs/methods.md "Allocation beyond the paper"):
 
     knapsack    Knapsack RL (Li et al. 2026): the step's whole budget in one batch, from each prompt's last visit
                 (`xrpo.algo.knapsack.knapsack_allocation`); adaptive=False, uses_history=True

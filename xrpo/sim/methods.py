@@ -118,7 +118,7 @@ register_sim_method("oracle")(lambda ctx, p, rng: _oracle(ctx, p, rng, "rollouts
 register_sim_method("oracle-groups")(lambda ctx, p, rng: _oracle(ctx, p, rng, "groups"))
 
 
-# beyond the paper (issue #33, docs/methods.md): the registered allocators "knapsack" and "xrpo-plus", given each
+# beyond the paper (docs/methods.md): the registered allocators "knapsack" and "xrpo-plus", given each
 # prompt's last visit (`last_visit_draw`), and xrpo-plus's ablations as unregistered variants of its allocator
 
 
