@@ -22,7 +22,7 @@ SKIP = {".jsonl", ".parquet", ".png"}
 #   a Python noqa comment, "## 3.2 Heading", a hex colour ("#1f77b4", '"#333"'), an HTML entity ("&#39;"), a URL
 #   fragment;
 #   "a stop string", "every stop string", "a stop signal" (sampling and signals, not our working stops);
-#   "the session keyring", "a systemd session", "its own session", "the test session", "a W&B session" (the
+#   "the session keyring", "a session of its own", "a systemd session", "the test session", "a W&B session" (the
 #   kernel's, the user's or a tool's session)
 WORDING = re.compile(
     r"(?<![\w&#/\"'])#\d+(?!\w)"  # "#33", "(#19)", "#30's"
@@ -32,7 +32,7 @@ WORDING = re.compile(
     r"(?!\s+(?:strings?|signals?|tokens?|sequences?|words?|reasons?)\b)"
     r"|\b(?:this|that|the|a|an|one|next|previous|earlier|later|last|first|second|third|fourth|our|those|these"
     r"|every|each|rare|same|another|other)\s+(?:(?:GPU|device|working)\s+)?sessions?\b"  # "the second GPU session"
-    r"(?!\s+keyrings?\b|_keyring)"
+    r"(?!\s+(?:keyrings?|leaders?|ids?|of\s+its\s+own)\b|_keyring)"
     r"|\bthe lead\b",  # who merges our work
     re.IGNORECASE,
 )
@@ -77,6 +77,7 @@ def covered_files() -> list[Path]:
         ("the last stop token", []),
         ("clear the flags that stop removals; this stops the run", []),
         ("the caller's session keyring; join the session keyring; a systemd session; its own session", []),
+        ("each busy process in a session of its own; the session leader; the session id", []),
         ("built once per test session; a W&B session; an HTTP session; a tmux session", []),
         ('layers = ["session", "rlimits"]; "minimal" (session, rlimits, walltime)', []),
         ("GRPO's 16 x 8 rollouts; Eq. (3); step 41 of 120", []),
