@@ -7,7 +7,7 @@ One training step of Algorithm 1 calls, on the host:
     sharpen_advantages (computes the novelty of Eq. (5) itself)                Eqs. (5)-(6)
 `novelty` is also timed alone for reference; it is not added to the step (sharpen_advantages recomputes it).
 
-Beyond the paper (issue #33): xrpo-plus's planning (plan_phases + posterior_allocation per round, from the same
+Beyond the paper: xrpo-plus's planning (plan_phases + posterior_allocation per round, from the same
 rounds' rewards, with an 8-rollout earlier visit per prompt) against HRP's planning in the same run, and Knapsack
 RL's allocation of the whole step budget from the earlier visit (knapsack_allocation, capped at 4x the even share
 per prompt: its value table has one column per count, so no cap would mean Q x B entries).
@@ -228,7 +228,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes and 3 repeats (sanity run)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per figure (median; default 15)")
     ap.add_argument("--tokens", type=int, default=512, help="T, tokens per completion in the log-prob tensor")
-    ap.add_argument("--allocation-only", action="store_true", help="only the issue #33 planning-time table")
+    ap.add_argument(
+        "--allocation-only", action="store_true", help="only the planning-time table of the allocators beyond the paper"
+    )
     ap.add_argument(
         "--compare",
         metavar="OLD_TREE",
@@ -250,7 +252,7 @@ def main() -> None:
 
     if not args.allocation_only:
         step_tables(settings, scaling, repeats, T)
-    print("\nAllocation beyond the paper (issue #33): planning time per step, ms (median, interleaved):\n")
+    print("\nAllocation beyond the paper: planning time per step, ms (median, interleaved):\n")
     print("| setting | HRP planning | xrpo-plus planning | xrpo-plus / HRP | Knapsack RL (whole budget, n_max 4 B/Q) |")
     print("|---|---|---|---|---|")
     for q, g in settings:

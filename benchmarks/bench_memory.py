@@ -1,5 +1,5 @@
 """Peak memory and time of one update (forward + backward + AdamW step) on the CPU, with and without each memory
-feature, at several completion lengths, against `xrpo.trainer.memory`'s estimate (#29 items 2 and 5).
+feature, at several completion lengths, against `xrpo.trainer.memory`'s estimate.
 
 Each configuration runs in a fresh process; its peak is the process's peak resident set (ru_maxrss) minus the
 resident set just before the model is built (Python, torch and its kernels, loaded by a toy update first), so it

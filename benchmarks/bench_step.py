@@ -3,7 +3,7 @@
 Each arm trains from the same cached default model for a block of steps; blocks alternate (xrpo, grpo, xrpo, ...)
 so that load on a shared machine hits every arm alike. Reported: median step time and its split into generate / plan /
 retrieve / verify / old log-probs / update, each arm's ratio to grpo (paper, §4.2: 1.047), and the allocation
-figures of the XRPO arms (issue #20: streaming against rounds).
+figures of the XRPO arms (streaming against rounds).
 
 Arms: ``grpo``, ``xrpo`` (Algorithm 1's rounds) and ``xrpo-streaming`` (``rollout.planner=streaming``, which needs
 ``--engine vllm``).

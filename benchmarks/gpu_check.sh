@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (#29): everything xrpo should prove on one CUDA GPU, in one call of about 8 minutes that builds
+# The GPU check: everything xrpo should prove on one CUDA GPU, in one call of about 8 minutes that builds
 # nothing, writing its results to one folder (7 files). Run whenever a GPU machine is lent:
 #
 #   bash benchmarks/gpu_check.sh OUTDIR            # on the GPU machine, from the repository root

@@ -1,4 +1,4 @@
-"""Does a task + model give XRPO's mechanisms something to act on? Measured before any training (issue #19, item 2).
+"""Does a task + model give XRPO's mechanisms something to act on? Measured before any training.
 
     python benchmarks/regime.py                                   # the default job's model and task
     python benchmarks/regime.py --config study/signal.yaml        # the study's regime

@@ -3,7 +3,7 @@ paper's description as knapsack-leftover / knapsack-jeffreys), xrpo-plus (and it
 in hindsight, side by side at equal budget in the allocation simulator.
 
 Two sets of success rates:
-    grid       the distributions of `study/share_feasibility.py`'s grid that meet issue #19's regime criteria (68 with
+    grid       the distributions of `study/share_feasibility.py`'s grid that meet the study's regime criteria (68 with
                the default grid), 16 prompts x 128 rollouts, the `xrpo` preset's planning knobs;
     measured   the Beta-mixture fits of GRPO's per-problem success counts that the study report recorded
                (`simulated.fits` of docs/results/results.json: the study, 16 x 128, and

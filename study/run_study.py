@@ -1,4 +1,4 @@
-"""The comparative study (issue #9): every method on the same task, model, seeds and budget; results in docs/results.md.
+"""The comparative study: every method on the same task, model, seeds and budget; results in docs/results.md.
 
 Trains each (method, seed) in its own `xrpo train` process (a crash ends that run only) into OUT/<method>/seed<k>/,
 with the trainer's held-out validation every --eval-every steps and at the end (pass@k and cons@n over --eval-samples

@@ -1,4 +1,4 @@
-"""Can issue #19's first target be met on a regime that meets its criteria? Answered by the allocation simulator.
+"""Can the share target be met on a regime that meets the study's criteria? Answered by the allocation simulator.
 
 The target: XRPO's share of rollouts with a non-zero advantage at least 1.20x GRPO's at equal budget. The regime
 criteria that bear on it: held-out pass@1 (the mean success rate) between 0.25 and 0.5, and at most half of the
@@ -78,7 +78,7 @@ def fmt(r: tuple[float, float]) -> str:
 def report(rows: list[dict], args, grid_size: int, measured: dict | None, seconds: float) -> str:
     group = args.rollouts // args.prompts
     lines = [
-        "# Can the share target (XRPO ≥ 1.20× GRPO's informative rollouts) be met on a regime that meets issue #19's "
+        "# Can the share target (XRPO ≥ 1.20× GRPO's informative rollouts) be met on a regime that meets the study's "
         "criteria?",
         "",
         f"`python study/share_feasibility.py {' '.join(sys.argv[1:])}` ({seconds / 60:.1f} min). Grid: w0 in "

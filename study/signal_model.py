@@ -1,4 +1,4 @@
-"""Build the model of the study's regime (study/signal.yaml; issue #19, item 2), once, into runs/signal-model.
+"""Build the model of the study's regime (study/signal.yaml), once, into runs/signal-model.
 
     python study/signal_model.py             # about 7 minutes on one core of the 2-core dev VM; skipped when built
     python study/signal_model.py --check     # print what it would build and whether it exists

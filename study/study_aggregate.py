@@ -132,8 +132,8 @@ SIM_METHODS = {
 
 
 def simulator_prediction(runs: dict[str, list[Run]], steps: int = 1000) -> dict | None:
-    """What `xrpo simulate` predicts from the success rates GRPO measured, beside what training showed (issue #19,
-    item 3). For each GRPO seed, its rounds.jsonl's per-problem counts (pooled over the run, Beta-mixture fit, as
+    """What `xrpo simulate` predicts from the success rates GRPO measured, beside what training showed. For each GRPO
+    seed, its rounds.jsonl's per-problem counts (pooled over the run, Beta-mixture fit, as
     ``xrpo simulate --rounds-file``) are simulated with that run's step (prompts, rollouts) and the planning knobs of
     the study's HRP runs (n_base, rounds, alpha, lambda, mode, cap: the first run whose method allocates by HRP),
     seeded by the run's seed. The simulator's ICL is off: its "hrp" is the planner alone, which is what XRPO's

@@ -298,7 +298,7 @@ def _learning_signal(p: _Page) -> list[str]:
     L: list[str] = []
     sig = [m for m in order if M[m]["nonzero_share"]["n"]]
     if sig:
-        L.append("## Learning signal: rollouts with a non-zero advantage (issue #19's first target)")
+        L.append("## Learning signal: rollouts with a non-zero advantage (the share target)")
         L.append("")
         L.append(
             "From each run's rounds.jsonl: a step's group is a prompt's rollouts over every round of the step; a "
@@ -537,7 +537,7 @@ SECTIONS = (
 
 
 def _simulated_section(agg: dict, order: Sequence[str]) -> list[str]:
-    """The simulator's prediction from GRPO's measured success rates beside the measured shares (issue #19, item 3)."""
+    """The simulator's prediction from GRPO's measured success rates beside the measured shares."""
     sim = agg.get("simulated")
     if not sim:
         return []

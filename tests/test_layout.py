@@ -16,8 +16,8 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "the loop is tested through train(cfg, on_step=...), its public entry point",
     ),
     "xrpo/trainer/setup.py": (
-        ("tests/trainer/test_train.py", "tests/trainer/test_config.py"),
-        "maps a TrainConfig onto the builders of xrpo.models.loading and xrpo.rollout.build, tested through train()",
+        ("tests/trainer/test_train.py", "tests/trainer/test_config.py", "tests/trainer/test_preflight.py"),
+        "the loop's setup (start_run) and the builders it maps a TrainConfig onto, tested through train()",
     ),
     "xrpo/trainer/config_loader.py": (
         ("tests/trainer/test_config.py",),

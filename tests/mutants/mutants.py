@@ -475,7 +475,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "reference-model-always-loaded",
-        "xrpo/trainer/loop.py",
+        "xrpo/trainer/setup.py",
         "    if m.kl_coef > 0 and cfg.model.lora_rank == 0:\n",
         "    if True:\n",
         (f"{UPDATE}::test_without_kl_no_reference_model_is_loaded",),
@@ -507,7 +507,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "reuse-at-any-temperature",
-        "xrpo/trainer/loop.py",
+        "xrpo/trainer/setup.py",
         " and auto_reuse)) and r.temperature == 1.0",
         " and auto_reuse))",
         (f"{UPDATE}::test_sampling_temperature_is_used_for_old_logprobs_the_policy_forward_and_the_reference",),
@@ -540,7 +540,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "icl-novelty-knob-ignored",
-        "xrpo/trainer/loop.py",
+        "xrpo/trainer/setup.py",
         "**section_values(cfg.method, AdvantageConfig, AllocationConfig, ICLConfig, SharpenConfig),",
         "**section_values(cfg.method, AdvantageConfig, AllocationConfig, ICLConfig),",
         (f"{MECH}::test_icl_novelty_scores_seeded_rollouts_as_configured",),

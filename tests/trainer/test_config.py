@@ -44,7 +44,7 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
     from xrpo.rollout.sources import SourceContext, TreeSource
     from xrpo.rollout.treepo import TreeConfig
     from xrpo.trainer.config import RolloutConfig
-    from xrpo.trainer.loop import plan_config
+    from xrpo.trainer.setup import plan_config
 
     for section in knobs.METHOD_SECTIONS:
         assert issubclass(MethodConfig, section)

@@ -34,6 +34,7 @@ HOOKS = textwrap.dedent("""
 
     import xrpo.trainer.checkpoint as ckpt
     import xrpo.trainer.loop as loop
+    import xrpo.trainer.setup as setup
     import xrpo.trainer.update as update
     from xrpo.cli import main
 
@@ -55,7 +56,7 @@ HOOKS = textwrap.dedent("""
             time.sleep(0.01)
         go.unlink()
 
-    real_build_source, real_build_engine = loop.build_source, loop.build_engine
+    real_build_source, real_build_engine = setup.build_source, loop.build_engine
     real_update, real_lp, real_fsync = loop.policy_update, update.completion_logprobs, ckpt.fsync_dir
 
     def build_source(*a, **kw):
@@ -100,7 +101,7 @@ HOOKS = textwrap.dedent("""
         if Path(path).name.endswith(".tmp"):  # every file written, the rename to step-N not made yet
             pause_if("checkpoint")
 
-    loop.build_source, loop.build_engine, loop.policy_update = build_source, build_engine, policy_update
+    setup.build_source, loop.build_engine, loop.policy_update = build_source, build_engine, policy_update
     update.completion_logprobs, ckpt.fsync_dir = completion_logprobs, fsync_dir
     sys.exit(main(sys.argv[1:]))
 """)

@@ -9,6 +9,7 @@ import importlib.util
 import pytest
 
 import xrpo.trainer.loop as loop
+import xrpo.trainer.setup as setup
 from xrpo.cli import main
 from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
@@ -19,8 +20,8 @@ def no_loading(monkeypatch):
     def fail(*_, **__):
         raise AssertionError("data or a model was loaded before the config's checks")
 
-    for name in ("load_data", "load_model", "build_engine"):
-        monkeypatch.setattr(loop, name, fail)
+    for module, name in ((setup, "load_data"), (setup, "load_model"), (loop, "build_engine")):
+        monkeypatch.setattr(module, name, fail)
 
 
 BAD = [
@@ -89,7 +90,7 @@ def test_references_the_verifier_cannot_grade_fail_before_the_model_is_loaded(tr
     def fail(*_, **__):
         raise AssertionError("the model was loaded before the references were checked")
 
-    monkeypatch.setattr(loop, "load_policy", fail)
+    monkeypatch.setattr(setup, "load_policy", fail)
     ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1) + ["data.verifier=code"]
     with pytest.raises(ValueError, match=r"data.train \(.*train\.jsonl\): 24 of 24 reference answers cannot be graded"):
         train(build_config(None, ov), log=lambda *_: None)

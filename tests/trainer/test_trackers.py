@@ -246,12 +246,13 @@ def test_every_tracker_holds_every_metric_and_continues_its_run_on_resume(traine
 @needs_all
 def test_a_tracker_that_cannot_start_fails_the_run_before_loading(trainer_env, tmp_path, offline, monkeypatch):
     import xrpo.trainer.loop as loop
+    import xrpo.trainer.setup as setup
 
     def fail(*_, **__):
         raise AssertionError("data or a model was loaded before the trackers started")
 
-    for name in ("load_data", "load_model", "build_engine"):
-        monkeypatch.setattr(loop, name, fail)
+    for module, name in ((setup, "load_data"), (setup, "load_model"), (loop, "build_engine")):
+        monkeypatch.setattr(module, name, fail)
     not_a_dir = tmp_path / "a-file"
     not_a_dir.write_text("")
     ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1) + [

@@ -19,7 +19,7 @@ of its choices were ours:
   (:func:`last_visit_rate`). Two cases the paper's description leaves to us:
     * **never seen** (n = 0): ``prior_rate`` if given, else the pooled rate sum k / sum n of the batch's prompts that
       were seen (the batch's best guess of an unseen prompt's rate), else 1/2;
-    * **never solved** (0 of n; the issue's "fallback for prompts never solved") and **always solved** (n of n):
+    * **never solved** (0 of n) and **always solved** (n of n):
       the value formula gives them 0 at every n. ``fallback="leftover"`` (default) keeps that: they get ``n_min``,
       the knapsack places the rest over the other prompts, and only what those cannot take (their ``n_max``) goes
       to the never-solved prompts, evenly, then to the always-solved ones. ``fallback="jeffreys"`` values them

@@ -1,6 +1,6 @@
 """xrpo-plus: a planning round placed where a Beta posterior expects the most rollouts with a non-zero advantage.
 
-Issue #33, item 2: xrpo's own planner beyond the paper's HRP (Section 3.2). It replaces Eq. (3)'s priority in a
+xrpo's own planner beyond the paper's HRP (Section 3.2). It replaces Eq. (3)'s priority in a
 planning round of Algorithm 1 (lines 5-13: same base round of ``n_base`` rollouts per prompt, same rounds, same ICL
 seeding of prompts with no success yet); only the split of each round's budget changes. The rule:
 
@@ -13,7 +13,7 @@ seeding of prompts with no success yet); only the split of each round's budget c
    a prior: Beta(1, 1) by default; or fitted to the batch by the method of moments (:func:`fit_beta_prior`,
    ``prior="batch"`` / ``"batch-variance"``); or given (a fit to the run so far); or centred on a per-prompt
    ``prior_mean`` (e.g. the success rate of the prompt's nearest solved neighbours in the ICL index) with the
-   prior's strength. Why Beta(1, 1) and not the fitted prior the issue suggested: measured in the simulator on the
+   prior's strength. Why Beta(1, 1) and not a prior fitted to the batch: measured in the simulator on the
    68 criteria distributions (docs/results.md, "Allocation beyond the paper"), the fitted prior loses to Beta(1, 1)
    with and without history. A batch is a mixture of never-solved, always-solved and graded prompts that no single
    Beta holds; a Beta fitted to it misplaces the tails (the chance that a prompt at 0 of 4 or 4 of 4 is at exactly
@@ -29,7 +29,7 @@ seeding of prompts with no success yet); only the split of each round's budget c
               = (m_i + x) (1 - E[p^x])             if k_i = m_i > 0
               = x (1 - E[p^x] - E[(1 - p)^x])      if m_i = 0
 
-   with E[p^x] = B(alpha + x, beta) / B(alpha, beta) under Beta(alpha, beta). It is the issue's target quantity
+   with E[p^x] = B(alpha + x, beta) / B(alpha, beta) under Beta(alpha, beta). It is the share target's quantity
    (the informative-rollout share) in expectation, with the uncertainty about p integrated out rather than plugged
    in. Rounds are planned one at a time (myopic), as HRP plans them.
 
@@ -49,8 +49,8 @@ seeding of prompts with no success yet); only the split of each round's budget c
 
 What this rule knows that HRP's Eqs. (1)-(3) do not: the base round of the other prompts (through the prior), the
 prompt's earlier visits, and what a success would buy (all m_i + x rollouts, not one). What it does not do: look
-beyond the current round, or value a mixed group by anything but its size (its value is the issue's metric, not a
-model of learning progress).
+beyond the current round, or value a mixed group by anything but its size (its value is the share target's metric,
+not a model of learning progress).
 
 Everything is numpy/scipy on the host: a few numbers per prompt.
 """

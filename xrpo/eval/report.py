@@ -253,8 +253,8 @@ def _read_config(path: Path) -> dict:
 
 
 def _last_per_step(rows: list[dict]) -> list[dict]:
-    """One metrics row per step, the last written, in step order (the runs of an xrpo before issue #21 logged the
-    steps redone after a resume twice)."""
+    """One metrics row per step, the last written, in step order (runs of older xrpo versions logged the steps
+    redone after a resume twice)."""
     by_step = {r["step"]: r for r in rows}
     return [by_step[s] for s in sorted(by_step)]
 

@@ -1,4 +1,4 @@
-"""Streaming rollout planning: XRPO's planning rounds without the barrier between them (beyond the paper; issue #20).
+"""Streaming rollout planning: XRPO's planning rounds without the barrier between them (beyond the paper).
 
 Algorithm 1 plans round t once every prompt's rollouts of round t - 1 are back, so each round waits for its slowest
 group. Here every prompt moves through the same rounds on its own, on an engine that admits requests while others

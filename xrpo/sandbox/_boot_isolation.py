@@ -52,7 +52,7 @@ _GENERIC_SYSCALLS = {
     "bpf": 280,
     "io_uring_setup": 425,
     "memfd_secret": 447,
-    # kernel memory no rlimit counts (issue 32): extended attributes (a 64 KiB value each, no ceiling on the stdin
+    # kernel memory no rlimit counts: extended attributes (a 64 KiB value each, no ceiling on the stdin
     # memfd's internal mount), pages pinned in pipes (vmsplice counts a 2 MiB huge page as one 4 KiB slot), POSIX
     # timers, inotify / fanotify marks, epoll items (a 4%-of-RAM per-user ceiling), perf buffers, userfaultfd
     "setxattr": 5,

@@ -1,4 +1,4 @@
-"""`xrpo simulate`: the allocation simulator (issue #19): how each allocation rule turns a step's rollout budget into
+"""`xrpo simulate`: the allocation simulator: how each allocation rule turns a step's rollout budget into
 GRPO signal, from success-rate distributions alone (no model). The rules are the round planner's
 (`xrpo.algo.rounds`); this package holds what a simulator owns: the model of a step (`model`: success-rate
 distributions, reward draws, outcomes), the latency models (`latency`), the --dist language and the rates measured in

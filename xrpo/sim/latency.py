@@ -82,7 +82,8 @@ def phase_latency(phase_sizes: Sequence[int], concurrency: int, t0: float = 1.0,
 
 
 def stream_latency(phase_sizes: Sequence[int], concurrency: int, t0: float = 1.0) -> float:
-    """Step time of streaming planning (issue #20) in the paper's latency model: the ideal schedule's lower bound.
+    """Step time of streaming planning (``rollout.planner=streaming``) in the paper's latency model: the ideal
+    schedule's lower bound.
 
     Without a barrier between rounds, a free slot of the engine takes any prompt's next rollout, so the slots stay
     full (ceil(N / m_p) t0 in all) and planning happens while other rollouts decode (no dt); but each prompt's
@@ -116,7 +117,7 @@ def _check_times(t0: float, dt: float) -> None:
 
 def step_latency(group_lengths, step_cost: float = 1.0, token_cost: float = 0.0) -> dict[str, float]:
     """Generation time of one step under an engine-step model, for one batch (GRPO), rounds (Algorithm 1) and
-    streaming planning (issue #20), from the lengths of the step's rollouts.
+    streaming planning, from the lengths of the step's rollouts.
 
     An engine decodes every admitted sequence one token per engine step, and a step costs ``step_cost`` plus
     ``token_cost`` per sequence in it (concurrency unbounded: the regime of a small model, where the paper's m_p

@@ -165,7 +165,7 @@ def icl_success_prob(p, mult: float = 1.0, add: float = 0.0) -> np.ndarray:
     """Success probability of an ICL-seeded rollout of a prompt whose plain rollouts succeed with probability p.
 
     The simulator's model of ICL seeding (XRPO paper §3.2): p_icl = clip(mult * p + add, 0, 1). ``mult`` scales how
-    often a seeded rollout succeeds relative to a plain one (issue #19's audit of the default task measured ICL
+    often a seeded rollout succeeds relative to a plain one (a measurement on the default task found ICL
     flipping a 0/4 prompt in 5.8-6.4% of cases against 11.9% for four more plain rollouts: mult about 0.5 there);
     ``add`` lets a never-solved prompt (p = 0) be solved from its examples, the case ICL seeding is for.
 

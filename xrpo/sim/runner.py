@@ -128,7 +128,7 @@ class SimConfig:
     rollouts at success rate p_icl = clip(icl_mult * p + icl_add, 0, 1)."""
     icl_mult: float = 1.0
     """p_icl = clip(icl_mult * p + icl_add, 0, 1): how much more (> 1) or less (< 1) often a seeded rollout succeeds.
-    Issue #19's audit of the default task: about 0.5."""
+    Measured on the default task: about 0.5 (docs/simulate.md)."""
     icl_add: float = 0.0
     """p_icl's additive term: lets a never-solved prompt (p = 0) be solved from its examples."""
     # the dapo method simulates the dapo preset: its max_gen_batches (BatchConfig's default, 1, draws no refill)
@@ -344,7 +344,7 @@ def latency_rows(cfg: SimConfig) -> list[dict]:
             "T2": t2,
             "ratio": t2 / t1,
             "paper_ratio": float(latency_ratio(N, m, n, cfg.dt / cfg.t0)),
-            # streaming planning (issue #20): no barrier, slots kept full, each prompt's rounds still in sequence
+            # streaming planning: no barrier, slots kept full, each prompt's rounds still in sequence
             "T3": stream_latency(sizes, m, cfg.t0),
             "stream_ratio": stream_latency(sizes, m, cfg.t0) / t1,
             "rounds": n,

@@ -1,8 +1,9 @@
 """The single-machine XRPO / GRPO / DAPO / GSPO / TreePO / CurES training loop. Reads top to bottom:
 
-    setup       config -> output dir, model + tokenizer (+ frozen reference when kl_coef > 0), data, verifier,
-                ICL corpus, rollout engine, the method's batch source, optimizer; or all of it restored from a
-                checkpoint (--resume)
+    setup       one call, `xrpo.trainer.setup.start_run`: config -> output dir, data, verifier, model + tokenizer
+                (+ frozen reference when kl_coef > 0), ICL corpus, rollout engine, the method's batch source,
+                optimizer; or all of it restored from a checkpoint (--resume). It returns the run's parts
+                (`RunParts`)
     each step   1. rollouts   the batch source (xrpo.rollout.sources): XRPO's planner (Algorithm 1: base rollouts,
                               planning rounds, ICL seeding, verification), TreePO's tree sampler, CurES's posterior
                               draw; DAPO's dynamic sampling wraps the first two with its refill
@@ -32,13 +33,8 @@ corpus (xrpo/icl) and the run's logger (trainer/logging.py, trackers.py, records
     7. xrpo/rollout/advantages.py     Algorithm 1 line 14: group advantages, novelty sharpening
                                       (xrpo/algo/advantages.py)
     8. xrpo/rollout/corpus.py         Algorithm 1 line 15: correct rollouts join the ICL corpus
-Counted mechanically instead (every xrpo file with a Python function entered in the training process between the
-end of step 1 and the end of step 2 of the default job, `sys.setprofile` from ``on_step``, plus this file), one step
-runs 28 files: these 8, 3 more of xrpo/algo (advantages, allocation, losses), the floors below rollout (data/
-problem; icl/ corpus, embedders, index; rewards/ registry, math, extract; sandbox/pool), rollout/ engine, hf_engine,
-prompts, records, and trainer/ logging, trackers, records, logprobs, setup. The floors stay apart by the dependency
-rule (CONTRIBUTING.md), so that count is not brought to 8 by merging files. (#30's last note counted 26 by a rule
-it did not record; this rule gives 28 both before and after #30 part C.)
+A step runs more files than these (the floors below the rollouts: data, icl, rewards, sandbox; the engine; the
+logger), which the dependency rule (CONTRIBUTING.md) keeps apart rather than merged into the listed ones.
 
 One process writes a run directory at a time: it holds the directory's lock (xrpo.rundir.lock) from setup to end.
 
@@ -55,68 +51,29 @@ Deviations from the paper (see also the planner's docstring):
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
-import numpy as np
 import torch
-import yaml
 
-from xrpo.algo.config import (
-    AdvantageConfig,
-    AllocationConfig,
-    ICLConfig,
-    ICLPromptConfig,
-    SharpenConfig,
-    StreamConfig,
-    section_values,
-)
-from xrpo.algo.losses import get_policy_loss
-from xrpo.rewards import get_verifier, raise_reference_errors
 from xrpo.rollout.corpus import update_corpus
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
-from xrpo.rollout.records import PlanConfig, PlanResult
-from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
+from xrpo.rollout.records import PlanResult
+from xrpo.rollout.sources import batch_advantages
 from xrpo.rollout.validate import sample_and_score
-from xrpo.rundir.checkpoints import (
-    CheckpointError,
-    checkpoint_dir,
-    find_resume_checkpoint,
-    list_checkpoints,
-    load_state,
-    refuse_existing_run,
-    update_state,
-)
+from xrpo.rundir.checkpoints import checkpoint_dir, list_checkpoints, update_state
 from xrpo.rundir.files import write_atomic
-from xrpo.rundir.lock import RunLock
-from xrpo.trainer.checkpoint import load_training_state, save_checkpoint
+from xrpo.trainer.checkpoint import save_checkpoint
 from xrpo.trainer.config import TrainConfig
-from xrpo.trainer.config_loader import load_run_config, to_dict
-from xrpo.trainer.logging import MechanismTotals, RunLogger
-from xrpo.trainer.memory import format_estimate
+from xrpo.trainer.logging import MechanismTotals
 from xrpo.trainer.preempt import StopSignals, TrainingStopped
-from xrpo.trainer.preflight import check_before_loading
-from xrpo.trainer.setup import (
-    autocast_dtype,
-    build_engine,
-    check_prompt_lengths,
-    load_corpus,
-    load_data,
-    load_model,
-    load_policy,
-    lr_scheduler,
-    make_renderer,
-    memory_estimate,
-    new_corpus,
-)
-from xrpo.trainer.update import NonFiniteLossError, Policy, UpdateBatch, old_logprobs, policy_update, sample_logprobs
+from xrpo.trainer.setup import build_engine, start_run
+from xrpo.trainer.update import NonFiniteLossError, UpdateBatch, old_logprobs, policy_update, sample_logprobs
 
-__all__ = ["NonFiniteLossError", "StepReport", "TrainingStopped", "plan_config", "train"]
+__all__ = ["NonFiniteLossError", "StepReport", "TrainingStopped", "train"]
 
 
 @dataclass
@@ -137,15 +94,6 @@ class StepReport:
     """The row written to metrics.jsonl for this step."""
     corpus: object | None
     """The ICL corpus after this step's update (None without ICL)."""
-
-
-def plan_config(cfg: TrainConfig) -> PlanConfig:
-    """The planner's config: the method and rollout sections it embeds, and the step's budget."""
-    return PlanConfig(
-        rollouts_per_step=cfg.rollout.rollouts_per_step,
-        **section_values(cfg.method, AdvantageConfig, AllocationConfig, ICLConfig, SharpenConfig),
-        **section_values(cfg.rollout, ICLPromptConfig, StreamConfig),
-    )
 
 
 def train(
@@ -170,115 +118,12 @@ def train(
 
 def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: ExitStack, engine_factory) -> dict:
     # ================================================================ setup
-    t_start = time.perf_counter()
-    state: dict = {}
-    ckpt_path = None
-    if resume:
-        ckpt_path = find_resume_checkpoint(resume)
-        output = ckpt_path.parent.parent
-        lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))
-        state = load_state(ckpt_path)
-        cfg = load_run_config(output / "config.yaml")
-        check_before_loading(cfg)
-        log(f"resuming {output} from {ckpt_path.name}")
-    else:
-        cfg.validate()
-        check_before_loading(cfg)  # every check that needs no model or data: a bad config fails in a second
-        output = Path(cfg.output or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
-        lock = held.enter_context(RunLock(output, "xrpo train", log=log))  # a live run there: refused, untouched
-        refuse_existing_run(output)
-        cfg.output = str(output)
-        (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    lock.claim()
-    # on resume the records are first brought back to the checkpoint's step (the killed run may have logged later
-    # ones); the trackers' runs start (or continue) here, before anything is loaded: one that cannot start fails now
-    logger = held.enter_context(
-        RunLogger(
-            output, cfg, resume_state=state if ckpt_path is not None else None, t_start=t_start, log=log, plots=plots
-        )
-    )
-    m, r, o = cfg.method, cfg.rollout, cfg.optim
-    threads = cfg.threads or (1 if cfg.model.path == "default" else None)
-    if threads:
-        torch.set_num_threads(threads)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-
-    train_problems, heldout = load_data(cfg, log=log)
-    # a reference the verifier cannot grade would score every rollout 0: refused before the model is loaded
-    verifier = get_verifier(cfg.data.verifier, **cfg.data.verifier_args)
-    raise_reference_errors(verifier, train_problems, f"data.train ({cfg.data.train})")
-    raise_reference_errors(verifier, heldout, f"data.heldout ({cfg.data.heldout})")
-    model, tokenizer, init_path = load_policy(
-        cfg, checkpoint_model=str(ckpt_path / "model") if ckpt_path is not None else None, log=log
-    )
-    ref_model = None
-    if m.kl_coef > 0 and cfg.model.lora_rank == 0:
-        # the reference is the initial policy, also on resume (with LoRA: the policy with its adapters disabled)
-        ref_model, _, _ = load_model(cfg, path=init_path, log=lambda *_: None)
-        ref_model.eval().requires_grad_(False)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    renderer = make_renderer(cfg, tokenizer)
-    check_prompt_lengths(cfg, tokenizer, renderer, train_problems + heldout)
-    corpus = None
-    if m.icl:
-        corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
-    engine = engine_factory(cfg, model, tokenizer)
-    pcfg = plan_config(cfg)
-    source = build_source(
-        SourceContext(
-            problems=train_problems,
-            engine=engine,
-            verifier=verifier,
-            renderer=renderer,
-            plan=pcfg,
-            prompts_per_step=r.prompts_per_step,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            max_new_tokens=r.max_new_tokens,
-            stop=tuple(r.stop),
-            seed=cfg.seed,
-            corpus=corpus,
-        ),
-        m,
-    )
-    # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs at
-    # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there).
-    # bfloat16 compute: a KV-cached decode and a full forward differ by bfloat16 rounding (up to ~0.1 per log-prob on
-    # a GPU, docs/benchmarks.md "## GPU"), so "auto" recomputes there
-    auto_reuse = r.engine == "hf" and cfg.model.dtype == "float32"
-    reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and auto_reuse)) and r.temperature == 1.0
-    trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters
-    optimizer = torch.optim.AdamW(trained, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
-    compute_dtype = autocast_dtype(cfg)
-    policy = Policy(
-        model=model,
-        optimizer=optimizer,
-        loss_fn=get_policy_loss(m.policy_loss),
-        pad_id=pad_id,
-        ref_model=ref_model,
-        reuse_logprobs=reuse_lp,
-        reference_is_base=m.kl_coef > 0 and cfg.model.lora_rank > 0,
-        autocast_dtype=getattr(torch, compute_dtype) if compute_dtype else None,
-        logprob_chunk_tokens=o.logprob_chunk_tokens,
-        gradient_checkpointing=cfg.model.gradient_checkpointing,
-    )
-    est, capacity = memory_estimate(cfg, model)
-    log(format_estimate(est, device_bytes=capacity))
-    scheduler = lr_scheduler(optimizer, o, cfg.steps)
-    start_step = 0
-    history: list[dict] = []
-    if ckpt_path is not None:
-        load_training_state(ckpt_path, optimizer, scheduler)
-        try:
-            source.load_state_dict(state)
-        except (KeyError, ValueError) as e:
-            raise CheckpointError(
-                f"checkpoint {ckpt_path} does not hold this method's batch source state: {e}"
-            ) from None
-        start_step = state["step"]
-        history = state.get("eval_history", [])
+    run = start_run(cfg, resume, held, log=log, plots=plots, engine_factory=engine_factory)
+    cfg, output, logger, source, engine = run.cfg, run.output, run.logger, run.source, run.engine
+    model, tokenizer, optimizer, scheduler, policy = run.model, run.tokenizer, run.optimizer, run.scheduler, run.policy
+    heldout, verifier, renderer, corpus, pcfg = run.heldout, run.verifier, run.renderer, run.corpus, run.plan
+    state, history, start_step, t_start = run.state, run.history, run.start_step, run.t_start
+    m, r = cfg.method, cfg.rollout
 
     eval_sampling = SamplingParams(
         temperature=cfg.eval_temperature,

@@ -1,19 +1,57 @@
-"""Building what the loop needs from a config: model and tokenizer, data, rollout engine, ICL corpus. The model and
-engine builders themselves take plain arguments (`xrpo.models.loading`, `xrpo.rollout.build`); these map the
-`TrainConfig` onto them."""
+"""Building what the loop needs from a config: `start_run` sets a run up in one call (its directory, new or resumed,
+and every part the loop steps: `RunParts`) from the builders below, which map the `TrainConfig` onto the ones that
+take plain arguments (`xrpo.models.loading`, `xrpo.rollout.build`): model and tokenizer, data, rollout engine, ICL
+corpus, the planner's config, the learning-rate schedule."""
 
 from __future__ import annotations
 
 import math
+import random
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
+import yaml
 
+from xrpo.algo.config import (
+    AdvantageConfig,
+    AllocationConfig,
+    ICLConfig,
+    ICLPromptConfig,
+    SharpenConfig,
+    StreamConfig,
+    section_values,
+)
+from xrpo.algo.losses import get_policy_loss
 from xrpo.data import Problem, load_problems
 from xrpo.models import loading
+from xrpo.rewards import get_verifier, raise_reference_errors
 from xrpo.rollout.build import build_engine as build_rollout_engine
 from xrpo.rollout.build import build_renderer
+from xrpo.rollout.records import PlanConfig
+from xrpo.rollout.sources import SourceContext, build_source
+from xrpo.rundir.checkpoints import CheckpointError, find_resume_checkpoint, load_state, refuse_existing_run
+from xrpo.rundir.lock import RunLock
+from xrpo.trainer.checkpoint import load_training_state
 from xrpo.trainer.config import TrainConfig
+from xrpo.trainer.config_loader import load_run_config, to_dict
+from xrpo.trainer.logging import RunLogger
+from xrpo.trainer.memory import format_estimate
+from xrpo.trainer.preflight import check_before_loading
+from xrpo.trainer.update import Policy
+
+if TYPE_CHECKING:
+    from xrpo.icl import ICLCorpus
+    from xrpo.rewards import Verifier
+    from xrpo.rollout.engine import RolloutEngine
+    from xrpo.rollout.prompts import PromptRenderer
+    from xrpo.rollout.sources import BatchSource
 
 
 def cache_root(cfg: TrainConfig) -> Path:
@@ -224,3 +262,208 @@ def memory_estimate(cfg: TrainConfig, model):
         vllm_bytes=vllm,
     )
     return est, capacity
+
+
+def open_run(
+    cfg: TrainConfig, resume: str | None, held: ExitStack, *, log=print
+) -> tuple[TrainConfig, Path, Path | None, dict]:
+    """The run directory, held by this process (its lock entered in ``held``): a new run's (``cfg`` validated and
+    checked before anything is loaded, the directory refused if it holds another run's checkpoints, config.yaml
+    written) or, with ``resume``, the one of that run or checkpoint directory. Returns (the run's config, its
+    directory, the checkpoint resumed from or None, that checkpoint's state.json or {})."""
+    state: dict = {}
+    ckpt_path = None
+    if resume:
+        ckpt_path = find_resume_checkpoint(resume)
+        output = ckpt_path.parent.parent
+        lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))
+        state = load_state(ckpt_path)
+        cfg = load_run_config(output / "config.yaml")
+        check_before_loading(cfg)
+        log(f"resuming {output} from {ckpt_path.name}")
+    else:
+        cfg.validate()
+        check_before_loading(cfg)  # every check that needs no model or data: a bad config fails in a second
+        output = Path(cfg.output or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
+        lock = held.enter_context(RunLock(output, "xrpo train", log=log))  # a live run there: refused, untouched
+        refuse_existing_run(output)
+        cfg.output = str(output)
+        (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    lock.claim()
+    return cfg, output, ckpt_path, state
+
+
+@dataclass
+class RunParts:
+    """A run as `start_run` sets it up: what the loop steps, validates with and checkpoints."""
+
+    cfg: TrainConfig
+    """The run's config (on resume, its saved config.yaml)."""
+    output: Path
+    """The run directory, held by this process (its lock) until the run ends."""
+    logger: RunLogger
+    """The run's records and trackers."""
+    heldout: list[Problem]
+    """The held-out problems validation samples."""
+    verifier: Verifier
+    """Scores rollouts and validation samples."""
+    model: torch.nn.Module
+    """The policy being trained (with LoRA: the adapted model)."""
+    tokenizer: object
+    renderer: PromptRenderer
+    corpus: ICLCorpus | None
+    """The ICL corpus (None without ICL); on resume, the checkpoint's."""
+    engine: RolloutEngine
+    plan: PlanConfig
+    """The planner's config (`plan_config`)."""
+    source: BatchSource
+    """The method's batch source (`xrpo.rollout.sources.build_source`); on resume, restored from the checkpoint."""
+    policy: Policy
+    """What the update trains: the model, its optimiser, the policy loss, the KL reference."""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    state: dict
+    """The checkpoint's state.json on resume, else empty; the loop adds the validation before training to it."""
+    start_step: int
+    """The last step done: 0 for a new run, the checkpoint's step on resume."""
+    history: list[dict]
+    """The validations so far (the checkpoint's ``eval_history`` on resume); the loop appends to it."""
+    t_start: float
+    """`time.perf_counter()` when the setup began (``time_limit`` counts from it)."""
+
+
+def start_run(
+    cfg: TrainConfig,
+    resume: str | None,
+    held: ExitStack,
+    *,
+    log=print,
+    plots: Callable[[Path], dict[str, Path]] | None = None,
+    engine_factory: Callable[..., RolloutEngine] = build_engine,
+) -> RunParts:
+    """Set up a run: its directory (`open_run`: a new run from ``cfg``, or with ``resume`` (a run or checkpoint
+    directory) the run saved there); then, in this order, the logger, the random seeds, the data and its verifier,
+    the model (and the frozen KL reference), the renderer, the ICL corpus, the rollout engine
+    (``engine_factory(cfg, model, tokenizer)``), the batch source, the optimiser and its schedule, and on resume
+    their state from the checkpoint. The lock and the logger are entered in ``held``, which gives them back however
+    the run ends."""
+    t_start = time.perf_counter()
+    cfg, output, ckpt_path, state = open_run(cfg, resume, held, log=log)
+    # on resume the records are first brought back to the checkpoint's step (the killed run may have logged later
+    # ones); the trackers' runs start (or continue) here, before anything is loaded: one that cannot start fails now
+    logger = held.enter_context(
+        RunLogger(
+            output, cfg, resume_state=state if ckpt_path is not None else None, t_start=t_start, log=log, plots=plots
+        )
+    )
+    m, r, o = cfg.method, cfg.rollout, cfg.optim
+    threads = cfg.threads or (1 if cfg.model.path == "default" else None)
+    if threads:
+        torch.set_num_threads(threads)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    train_problems, heldout = load_data(cfg, log=log)
+    # a reference the verifier cannot grade would score every rollout 0: refused before the model is loaded
+    verifier = get_verifier(cfg.data.verifier, **cfg.data.verifier_args)
+    raise_reference_errors(verifier, train_problems, f"data.train ({cfg.data.train})")
+    raise_reference_errors(verifier, heldout, f"data.heldout ({cfg.data.heldout})")
+    model, tokenizer, init_path = load_policy(
+        cfg, checkpoint_model=str(ckpt_path / "model") if ckpt_path is not None else None, log=log
+    )
+    ref_model = None
+    if m.kl_coef > 0 and cfg.model.lora_rank == 0:
+        # the reference is the initial policy, also on resume (with LoRA: the policy with its adapters disabled)
+        ref_model, _, _ = load_model(cfg, path=init_path, log=lambda *_: None)
+        ref_model.eval().requires_grad_(False)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    renderer = make_renderer(cfg, tokenizer)
+    check_prompt_lengths(cfg, tokenizer, renderer, train_problems + heldout)
+    corpus = None
+    if m.icl:
+        corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
+    engine = engine_factory(cfg, model, tokenizer)
+    pcfg = plan_config(cfg)
+    source = build_source(
+        SourceContext(
+            problems=train_problems,
+            engine=engine,
+            verifier=verifier,
+            renderer=renderer,
+            plan=pcfg,
+            prompts_per_step=r.prompts_per_step,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_new_tokens=r.max_new_tokens,
+            stop=tuple(r.stop),
+            seed=cfg.seed,
+            corpus=corpus,
+        ),
+        m,
+    )
+    # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs at
+    # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there).
+    # bfloat16 compute: a KV-cached decode and a full forward differ by bfloat16 rounding (up to ~0.1 per log-prob on
+    # a GPU, docs/benchmarks.md "## GPU"), so "auto" recomputes there
+    auto_reuse = r.engine == "hf" and cfg.model.dtype == "float32"
+    reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and auto_reuse)) and r.temperature == 1.0
+    trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters
+    optimizer = torch.optim.AdamW(trained, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+    compute_dtype = autocast_dtype(cfg)
+    policy = Policy(
+        model=model,
+        optimizer=optimizer,
+        loss_fn=get_policy_loss(m.policy_loss),
+        pad_id=pad_id,
+        ref_model=ref_model,
+        reuse_logprobs=reuse_lp,
+        reference_is_base=m.kl_coef > 0 and cfg.model.lora_rank > 0,
+        autocast_dtype=getattr(torch, compute_dtype) if compute_dtype else None,
+        logprob_chunk_tokens=o.logprob_chunk_tokens,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+    )
+    est, capacity = memory_estimate(cfg, model)
+    log(format_estimate(est, device_bytes=capacity))
+    scheduler = lr_scheduler(optimizer, o, cfg.steps)
+    start_step = 0
+    history: list[dict] = []
+    if ckpt_path is not None:
+        load_training_state(ckpt_path, optimizer, scheduler)
+        try:
+            source.load_state_dict(state)
+        except (KeyError, ValueError) as e:
+            raise CheckpointError(
+                f"checkpoint {ckpt_path} does not hold this method's batch source state: {e}"
+            ) from None
+        start_step = state["step"]
+        history = state.get("eval_history", [])
+    return RunParts(
+        cfg=cfg,
+        output=output,
+        logger=logger,
+        heldout=heldout,
+        verifier=verifier,
+        model=model,
+        tokenizer=tokenizer,
+        renderer=renderer,
+        corpus=corpus,
+        engine=engine,
+        plan=pcfg,
+        source=source,
+        policy=policy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        state=state,
+        start_step=start_step,
+        history=history,
+        t_start=t_start,
+    )
+
+
+def plan_config(cfg: TrainConfig) -> PlanConfig:
+    """The planner's config: the method and rollout sections it embeds, and the step's budget."""
+    return PlanConfig(
+        rollouts_per_step=cfg.rollout.rollouts_per_step,
+        **section_values(cfg.method, AdvantageConfig, AllocationConfig, ICLConfig, SharpenConfig),
+        **section_values(cfg.rollout, ICLPromptConfig, StreamConfig),
+    )

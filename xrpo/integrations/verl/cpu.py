@@ -63,7 +63,7 @@ SUPPORTED_VERL = "0.9.1"
 CPU_ENV = "XRPO_VERL_CPU"
 
 # Hydra overrides the CPU mode puts before the user's (a user override of the same key wins). Each answers one of
-# verl's GPU assumptions (issue #28's list): Ray must see a "GPU" for verl's placement groups, and 3 CPUs per bundle;
+# verl's GPU assumptions: Ray must see a "GPU" for verl's placement groups, and 3 CPUs per bundle;
 # flash-attn and its remove-padding kernels do not exist on CPU; FSDP1 wants a device id; vLLM's CPU build has no
 # sleep mode and no CUDA graphs.
 CPU_OVERRIDES = (
