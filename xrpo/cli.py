@@ -15,7 +15,7 @@ from xrpo.rundir.fields import coerce, field_docs, strip_optional
 
 def _train(args) -> int:
     from xrpo.trainer.config_loader import build_config
-    from xrpo.trainer.loop import TrainingStopped, train
+    from xrpo.trainer.loop import NoLearningSignal, TrainingStopped, train
 
     try:
         if args.resume:
@@ -30,6 +30,9 @@ def _train(args) -> int:
     except TrainingStopped as e:  # SIGTERM / SIGINT: the step under way was finished and checkpointed
         print(f"xrpo train: {e}", file=sys.stderr)
         return e.exit_code
+    except NoLearningSignal as e:  # stop_without_signal steps in a row gave every rollout the same reward
+        print(f"xrpo train: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -184,6 +184,23 @@ def test_same_seed_same_rollouts(served):
     assert sum(rs[0].completion_ids != rs[1].completion_ids for rs in a) >= 3
 
 
+@needs_vllm_cpu
+def test_progress_counts_finished_completions_and_changes_nothing(served):
+    engine, _, _, _ = served
+    params = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=12, seed=7)
+    plain = engine.generate(PROMPTS, [2, 1, 3, 2], params)
+    calls: list[tuple[int, int]] = []
+    engine.progress = lambda *a: calls.append(a)
+    try:
+        shown = engine.generate(PROMPTS, [2, 1, 3, 2], params)
+    finally:
+        engine.progress = None
+    assert ids_of(shown) == ids_of(plain)
+    # one call per finished request, by its completions (vLLM's own bar counts them so): up to all 8 rows
+    assert len(calls) == 4 and all(t == 8 for _, t in calls) and calls[-1][0] == 8
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
 def slow_stop_cut(tok, ids, stop):
     """Reference: the shortest prefix whose decoding contains a stop string, grown one token at a time."""
     for k in range(1, len(ids) + 1):

@@ -45,6 +45,42 @@ def _request_seed(seed: int, index: int) -> int:
     return random.Random(f"xrpo:{seed}:{index}").getrandbits(31)
 
 
+class _ProgressBar:
+    """What `vllm.LLM.generate(use_tqdm=...)` calls on its progress bar, counting the completions of finished requests
+    into ``report(rows done, rows)``. vLLM makes it with ``total=`` its request count and updates it by the number of
+    completions of each finished request; older versions may update it by 1 per request, which then shows less done
+    than is (the trainer's progress line only), never more: the count is capped at ``rows``."""
+
+    def __init__(self, report, rows: int):
+        import time
+
+        self.report, self.rows, self.n, self.postfix = report, rows, 0, ""
+        self._clock = time.perf_counter
+        self._start = self._clock()
+
+    def __call__(self, iterable=None, *args, **kwargs):
+        # vLLM calls use_tqdm(total=..., desc=...) for the bar it updates, and use_tqdm(prompts, desc=...) to wrap
+        # what it iterates over (rendering the prompts): that is passed through, uncounted
+        if iterable is not None:
+            return iterable
+        self.n = 0
+        return self
+
+    @property
+    def format_dict(self) -> dict:
+        return {"elapsed": max(self._clock() - self._start, 1e-9)}
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self.report(min(self.n, self.rows), self.rows)
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class _ProcessState:
     """The process-wide state vLLM's in-process CPU worker changes: torch's set_num_threads function (replaced by a
     no-op), the torch thread count, and the python / numpy / torch RNG states (reseeded)."""
@@ -143,6 +179,7 @@ class VLLMEngine:
         self._final_only = RequestOutputKind.FINAL_ONLY
         self._stream: dict[str, tuple] = {}
         self._stream_counter = 0
+        self.progress = None  # called with (rows done, rows) as requests finish (`xrpo.rollout.engine.RolloutEngine`)
 
         sources = [getattr(tokenizer, "eos_token_id", None)]
         if eos_token_ids is None:
@@ -297,7 +334,8 @@ class VLLMEngine:
             requests.append(self._request(prompt_ids[i], what, i, params))
             sampling.append(self._vllm_params(params, counts[i], i))
         with self._seeded_call(params.seed):
-            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+            bar = False if self.progress is None else _ProgressBar(self.progress, sum(counts[i] for i in needed))
+            outputs = self.llm.generate(requests, sampling, use_tqdm=bar)
         if len(outputs) != len(needed):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(needed)} requests")
         for i, out in zip(needed, outputs):
