@@ -90,6 +90,7 @@ from xrpo.rundir.checkpoints import (
     list_checkpoints,
     load_state,
     refuse_existing_run,
+    resume_run_dir,
     update_state,
 )
 from xrpo.rundir.files import write_atomic
@@ -175,9 +176,9 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
     state: dict = {}
     ckpt_path = None
     if resume:
+        output = resume_run_dir(resume)
+        lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))  # a live run: refused first
         ckpt_path = find_resume_checkpoint(resume)
-        output = ckpt_path.parent.parent
-        lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))
         state = load_state(ckpt_path)
         cfg = load_run_config(output / "config.yaml")
         check_before_loading(cfg)
