@@ -364,6 +364,13 @@ class TrainConfig:
         check_knobs(m, "method.")
         check_knobs(r, "rollout.")
         self._check_task()
+        _check(
+            self.data.train == "default" or bool(self.data.heldout),
+            "data.heldout",
+            f"must name a file of held-out problems when data.train is a file ({self.data.train}): validation and "
+            "the before / after figures need problems the run does not train on",
+            self.data.heldout,
+        )
         if m.sampler == "tree":
             _check(
                 r.rollouts_per_step >= r.prompts_per_step,

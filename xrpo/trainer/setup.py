@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from xrpo.data import Problem, load_problems
+from xrpo.data import Problem, load_problems_with_layout
 from xrpo.models import loading
 from xrpo.rollout.build import build_engine as build_rollout_engine
 from xrpo.rollout.build import build_renderer
@@ -32,8 +32,6 @@ def load_data(cfg: TrainConfig, log=print) -> tuple[list[Problem], list[Problem]
             heldout = _load(d.heldout, d)[: d.n_heldout]
     else:
         train = _load(d.train, d)
-        if not d.heldout:
-            raise ValueError("data.heldout is required when data.train is a file (a held-out split to validate on)")
         heldout = _load(d.heldout, d)[: d.n_heldout]
     if not train:
         raise ValueError(f"data.train {d.train!r} has no problems")
@@ -44,7 +42,22 @@ def load_data(cfg: TrainConfig, log=print) -> tuple[list[Problem], list[Problem]
 
 
 def _load(path: str, d) -> list[Problem]:
-    return load_problems(path, prompt_key=d.prompt_key, answer_key=d.answer_key, id_key=d.id_key)
+    problems, _ = load_problems_with_layout(
+        path, prompt_key=d.prompt_key, answer_key=d.answer_key, id_key=d.id_key, spelling=_spelling
+    )
+    return problems
+
+
+def _spelling(arg: str, value: str | None) -> str:
+    """How a loader's error writes its arguments: as the config fields that set them (``data.answer_key=FIELD``);
+    the format, which no field sets, as the file it takes."""
+    if arg == "fmt":
+        return (
+            "a file of a known format"
+            if value is None
+            else ("a datasets directory" if value == "datasets" else f"a .{value} file")
+        )
+    return f"data.{arg}" if value is None else f"data.{arg}={value}"
 
 
 def _model_source(cfg: TrainConfig) -> dict:
