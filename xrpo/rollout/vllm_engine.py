@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import random
@@ -43,6 +44,26 @@ def _request_seed(seed: int, index: int) -> int:
     # Distinct, well-spread seeds per request: vLLM gives child j of a request seed + j, so plain seed + index would
     # make prompt i's child 1 and prompt i+1's child 0 draw the same random stream.
     return random.Random(f"xrpo:{seed}:{index}").getrandbits(31)
+
+
+_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class _RotaryReloadFilter(logging.Filter):
+    """Drops vLLM's "RotaryEmbedding: Failed to load weights" after a weight sync: the layer's only tensor is its
+    cos / sin cache, computed from the config and never in a checkpoint, which the reload puts back as it was
+    (docs/vllm.md, "Weight sync"). The same warning for any other layer passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args == ("RotaryEmbedding",))
+
+
+def _quiet_rotary_reload_warning() -> None:
+    """Install `_RotaryReloadFilter` on vLLM's reload logger once (in this process: a worker in a process of its
+    own keeps the message)."""
+    logger = logging.getLogger(_RELOAD_LOGGER)
+    if not any(isinstance(f, _RotaryReloadFilter) for f in logger.filters):
+        logger.addFilter(_RotaryReloadFilter())
 
 
 class _ProgressBar:
@@ -151,6 +172,7 @@ class VLLMEngine:
         check_max_model_len(max_model_len)
         vllm = import_vllm()
         self._check_version(vllm)
+        _quiet_rotary_reload_warning()
 
         from transformers import AutoTokenizer
 
