@@ -719,4 +719,28 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/rundir/test_rounds.py::test_a_damaged_row_is_refused_naming_the_field",),
         "a rounds.jsonl row with a fractional rollout count is read as data (xrpo report used to accept it)",
     ),
+    Mutant(
+        "epoch-boundary-repeats-a-problem",
+        "xrpo/rollout/sources.py",
+        "            (self.deferred if i in taken else out).append(i)\n            taken.add(i)\n            self.pos",
+        "            out.append(i)\n            taken.add(i)\n            self.pos",
+        (f"{SOURCES}::test_a_draw_across_an_epoch_boundary_holds_distinct_problems_and_every_epoch_visits_each_once",),
+        "a step that crosses an epoch boundary draws a problem it holds already (two groups of one problem)",
+    ),
+    Mutant(
+        "zero-advantage-skip-ignores-kl",
+        "xrpo/trainer/update.py",
+        "        batch.ref_logprobs is None\n        and is_advantage_weighted",
+        "        is_advantage_weighted",
+        (f"{UPDATE}::test_a_zero_advantage_step_with_a_kl_term_still_runs",),
+        "a zero-advantage step skips its update although the KL term has a gradient",
+    ),
+    Mutant(
+        "zero-advantage-skip-leaves-adamw-behind",
+        "xrpo/trainer/update.py",
+        "            if skip:\n                _zero_grads(model)\n",
+        "            if skip:\n                continue\n",
+        (f"{UPDATE}::test_a_zero_advantage_step_skips_the_passes_and_leaves_what_the_full_step_leaves",),
+        "a skipped update leaves out AdamW's step too: weight decay and momentum no longer move the weights",
+    ),
 )
