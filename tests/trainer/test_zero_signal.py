@@ -81,5 +81,11 @@ def test_the_count_is_of_steps_in_a_row_and_continues_from_a_checkpoint():
     assert len(said) == 1  # said once
     # every rollout correct: the other cause
     assert "too easy" in ZeroSignalWatch(cfg)._account(1, flat, [_rec(0, 1.0), _rec(1, 1.0)])
+    # answers read but all wrong: said before the format causes
+    wrong = [_rec(0, 0.0, "mismatch"), _rec(1, 0.0, "mismatch")]
+    for x in wrong:
+        x.answer = "7"
+    assert "read an answer in 2 of 2 completions and none matched" in ZeroSignalWatch(cfg)._account(1, flat, wrong)
+    assert "read an answer" not in ZeroSignalWatch(cfg)._account(1, flat, [_rec(0, 0.0, "no_answer")] * 2)
     assert "DAPO's dynamic sampling kept no prompt" in ZeroSignalWatch(cfg)._account(1, flat, [])
     assert without_signal({}) and without_signal(flat) and not without_signal(mixed)

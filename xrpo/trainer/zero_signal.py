@@ -91,13 +91,28 @@ class ZeroSignalWatch:
         reasons = Counter(x.verify_reason for x in records if x.reward < full and x.verify_reason)
         common = ", ".join(f"{k} {v}/{n}" for k, v in reasons.most_common(3))
         truncated = sum(x.finish_reason == "length" for x in records)
-        template = d.prompt_template if d.prompt_template is not None else "(none)"
+        if d.prompt_template is not None:
+            template = f"data.prompt_template={d.prompt_template!r} does not ask for that format"
+        elif d.train == "default":
+            template = "the built-in task's template ('Q: {prompt}\\nA:') does not lead to that format"
+        else:
+            template = (
+                "data.prompt_template is not set (each prompt is the problem's text alone): set one that asks for "
+                "that format"
+            )
+        answered = sum(x.answer is not None and x.reward < full for x in records)
+        if answered * 2 >= n:
+            # most completions hold an answer the verifier read, and none is right: the format is not the problem
+            lines.append(
+                f"  The verifier read an answer in {answered} of {n} completions and none matched its reference: the "
+                "problems may be too hard for this model, or the references are written otherwise than its answers."
+            )
         lines += [
             "  What usually causes it:",
             f"  - answer format: the model does not write its answer the way data.verifier={d.verifier} reads it"
             + (f" (the verifier's reasons: {common})" if common else "")
             + "; compare the samples (samples.jsonl) with the references",
-            f"  - prompt template: data.prompt_template={template!r} does not ask for that format",
+            f"  - prompt template: {template}",
             f"  - max_new_tokens: {truncated} of {n} completions were cut at rollout.max_new_tokens="
             f"{r.max_new_tokens} before they ended",
             f"  - verifier: data.verifier={d.verifier} does not fit these references",
