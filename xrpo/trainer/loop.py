@@ -222,7 +222,8 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
         ref_model.eval().requires_grad_(False)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     renderer = make_renderer(cfg, tokenizer)
-    check_prompt_lengths(cfg, tokenizer, renderer, train_problems + heldout)
+    longest_prompt = check_prompt_lengths(cfg, tokenizer, renderer, train_problems)
+    check_prompt_lengths(cfg, tokenizer, renderer, heldout)
     corpus = None
     if m.icl:
         corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
@@ -266,7 +267,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
         logprob_chunk_tokens=o.logprob_chunk_tokens,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
     )
-    est, capacity = memory_estimate(cfg, model)
+    est, capacity = memory_estimate(cfg, model, longest_prompt)
     log(format_estimate(est, device_bytes=capacity))
     scheduler = lr_scheduler(optimizer, o, cfg.steps)
     start_step = 0

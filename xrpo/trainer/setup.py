@@ -181,8 +181,9 @@ def make_renderer(cfg: TrainConfig, tokenizer):
     )
 
 
-def check_prompt_lengths(cfg: TrainConfig, tokenizer, renderer, problems: list[Problem]) -> None:
-    """Every prompt, as the engine will receive it, fits ``data.max_prompt_tokens``; the error names the problem."""
+def check_prompt_lengths(cfg: TrainConfig, tokenizer, renderer, problems: list[Problem]) -> int:
+    """Every prompt, as the engine will receive it, fits ``data.max_prompt_tokens``; the error names the problem.
+    Returns the longest prompt's token count."""
     encoded = tokenizer([renderer.render(p) for p in problems], add_special_tokens=False)["input_ids"]
     for p, ids in zip(problems, encoded):
         if len(ids) > cfg.data.max_prompt_tokens:
@@ -190,6 +191,7 @@ def check_prompt_lengths(cfg: TrainConfig, tokenizer, renderer, problems: list[P
                 f"problem {p.id}: prompt has {len(ids)} tokens, more than data.max_prompt_tokens="
                 f"{cfg.data.max_prompt_tokens}"
             )
+    return max((len(ids) for ids in encoded), default=0)
 
 
 def lr_scheduler(optimizer, o, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
@@ -207,11 +209,13 @@ def lr_scheduler(optimizer, o, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
 
 
-def memory_estimate(cfg: TrainConfig, model):
-    """(`xrpo.trainer.memory.MemoryEstimate`, device capacity in bytes or None) of this config with this model."""
+def memory_estimate(cfg: TrainConfig, model, longest_prompt: int | None = None):
+    """(`xrpo.trainer.memory.MemoryEstimate`, device capacity in bytes or None) of this config with this model.
+    ``longest_prompt``: the longest training prompt in tokens (`check_prompt_lengths`; None: data.max_prompt_tokens).
+    """
     from xrpo.trainer import memory
 
-    r, o = cfg.rollout, cfg.optim
+    r, o, m = cfg.rollout, cfg.optim, cfg.method
     device = next(model.parameters()).device
     capacity = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     shape = memory.model_shape(model)
@@ -221,17 +225,20 @@ def memory_estimate(cfg: TrainConfig, model):
             vllm = int(r.vllm_gpu_memory_utilization * capacity)
         else:
             vllm = int(r.vllm_kv_cache_gib * memory.GIB) + shape.n_params * memory.DTYPE_BYTES[cfg.model.dtype]
-    # a full micro-batch: rows as long as a prompt plus a completion, completions max_new_tokens long
-    row = cfg.data.max_prompt_tokens + r.max_new_tokens
-    rows = max(1, o.micro_batch_tokens // row)
+    # the largest micro-batch: completions max_new_tokens long after the longest prompt (ICL prompts, trained on with
+    # icl_train_prompt=icl, fill up to max_prompt_tokens), as many rows as the budget and a mini-batch hold
+    icl_prompts = m.icl and r.icl_train_prompt == "icl"
+    prompt = cfg.data.max_prompt_tokens if longest_prompt is None or icl_prompts else longest_prompt
+    rows = math.ceil(r.rollouts_per_step / o.mini_batches)
+    tokens, completion = memory.largest_micro_batch(o.micro_batch_tokens, rows, prompt, r.max_new_tokens)
     est = memory.estimate_memory(
         shape,
         dtype=cfg.model.dtype,
         param_dtype=param_dtype(cfg),
         lora=cfg.model.lora_rank > 0,
         kl=cfg.method.kl_coef > 0,
-        micro_batch_tokens=min(o.micro_batch_tokens, rows * row),
-        completion_tokens=rows * r.max_new_tokens,
+        micro_batch_tokens=tokens,
+        completion_tokens=completion,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
         logprob_chunk_tokens=o.logprob_chunk_tokens,
         vllm_bytes=vllm,
