@@ -151,3 +151,14 @@ def test_validation_completions_are_saved_per_validation(trainer_env, tmp_path):
         # the figures come from the saved samples: pass@1 is the mean score (the parity verifier's are 0 or 1)
         assert sum(sum(r["scores"]) for r in saved) / 8 == e["eval/pass@1"]
     assert [e["step"] for e in evals] == [0, 1]
+
+
+def test_a_validation_shows_its_progress(tmp_path, capsys):
+    with _logger(tmp_path, progress=True) as logger:
+        show = logger.validation_progress(0)
+        show(400, 1600)
+        show(1600, 1600)
+    err = capsys.readouterr().err
+    # the bar stays in the log when it ends: what was validated, and in how long
+    assert err.rstrip().splitlines()[-1].split("\r")[-1].startswith("validation before training: 100%")
+    assert "1600/1600" in err

@@ -224,7 +224,7 @@ class RunLogger:
             def show(done: int, total: int) -> None:
                 nonlocal bar
                 if bar is None:
-                    bar = tqdm(total=total, desc=what, unit="sample", leave=False, dynamic_ncols=True)
+                    bar = tqdm(total=total, desc=what, unit="sample", dynamic_ncols=True)
                 bar.update(done - bar.n)
                 if done >= total:
                     bar.close()
