@@ -66,3 +66,28 @@ def test_the_default_job_config_is_valid_and_is_xrpo():
     cfg = build_config(None, [])  # what `xrpo train` with no arguments runs
     assert cfg.method.name == "xrpo" and cfg.model.path == "default" and cfg.data.train == "default"
     assert cfg.method.icl and cfg.method.sharpen and cfg.method.allocation == "hrp"
+
+
+def test_every_train_command_in_the_docs_builds_a_config_that_validates():
+    # what a reader copies: README.md's and docs/*.md's `xrpo train` lines (continuations joined, comments cut),
+    # placeholders ("...") and --help / --resume left out; the checks that need no files (TrainConfig.validate)
+    import shlex
+
+    from xrpo.trainer.config_loader import build_config
+
+    seen = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in bash_blocks(doc.read_text()):
+            for line in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(line, comments=True)
+                if words[:2] != ["xrpo", "train"] or "..." in line or {"--help", "--resume"} & set(words):
+                    continue
+                args = words[2:]
+                config = args[args.index("--config") + 1] if "--config" in args else None
+                overrides = [a for a in args if "=" in a]
+                try:
+                    build_config(str(ROOT / config) if config else None, overrides).validate()
+                except ValueError as e:
+                    raise AssertionError(f"{doc.name}: {line.strip()}: {e}") from None
+                seen.append(doc.name)
+    assert {"README.md", "code.md"} <= set(seen), seen

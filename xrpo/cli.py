@@ -15,7 +15,7 @@ from xrpo.rundir.fields import coerce, field_docs, strip_optional
 
 def _train(args) -> int:
     from xrpo.trainer.config_loader import build_config
-    from xrpo.trainer.loop import TrainingStopped, train
+    from xrpo.trainer.loop import NoLearningSignal, TrainingStopped, train
 
     try:
         if args.resume:
@@ -30,6 +30,9 @@ def _train(args) -> int:
     except TrainingStopped as e:  # SIGTERM / SIGINT: the step under way was finished and checkpointed
         print(f"xrpo train: {e}", file=sys.stderr)
         return e.exit_code
+    except NoLearningSignal as e:  # stop_without_signal steps in a row gave every rollout the same reward
+        print(f"xrpo train: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -52,7 +55,7 @@ def _verl(args) -> int:
         os.environ.update(cpu_environment())
     # verl is an optional extra: imported only by this subcommand
     try:
-        from xrpo.integrations.verl.main import check_config, config_error, load_config, run
+        from xrpo.integrations.verl.main import check_config, check_data_files, config_error, load_config, run
     except ImportError as e:
         raise SystemExit(f"xrpo verl: needs the verl extra (pip install 'xrpo[verl]'): {e}") from None
     from hydra.errors import HydraException
@@ -66,12 +69,20 @@ def _verl(args) -> int:
     try:  # a bad override, config file or setting: one clear line (verl's own checks assert)
         config = load_config(args.config, overrides)
         check_config(config)
+        if args.cpu:
+            from xrpo.integrations.verl.cpu import check_cpu_config
+
+            check_cpu_config(config)
     except (HydraException, OmegaConfBaseException, AssertionError) as e:
-        raise ValueError(config_error(e)) from None
+        raise ValueError(config_error(e, args.config, overrides)) from None
     if args.check:
         from omegaconf import OmegaConf
 
-        print(OmegaConf.to_yaml({"algorithm": config.algorithm}), end="")
+        check_data_files(config)
+        shown = config if args.full else {"algorithm": config.algorithm}
+        print(OmegaConf.to_yaml(shown, resolve=args.full), end="")
+        if not args.full:
+            print("(the algorithm block; the whole resolved config: add --full)")
         print("xrpo verl: config OK")
         return 0
     if not args.cpu:
@@ -317,7 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="train with XRPO inside verl (Ray, multi-GPU / multi-node; needs the verl extra), see docs/verl.md",
     )
     vr.add_argument("--config", help="verl YAML listing ppo_trainer and xrpo_base in its defaults (examples/verl/)")
-    vr.add_argument("--check", action="store_true", help="compose and validate the config, print it, start nothing")
+    vr.add_argument(
+        "--check",
+        action="store_true",
+        help="compose and validate the config (data files included), print its algorithm block, start nothing",
+    )
+    vr.add_argument("--full", action="store_true", help="with --check: print the whole resolved config")
     vr.add_argument(
         "--cpu",
         action="store_true",

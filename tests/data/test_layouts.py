@@ -204,3 +204,106 @@ def test_test_case_answers_become_json(tmp_path, fmt):
 def test_list_of_scalar_answers_keeps_its_hint(tmp_path):
     with pytest.raises(DataError, match=r"is a list of 2 answers.*answer_key='answer.0'"):
         load_problems(write(tmp_path, "l", [{"question": "q", "answer": ["1", "2"]}], "jsonl"))
+
+
+def _lcb_private(tests: list[dict]) -> str:
+    """LiveCodeBench's compressed form of private test cases: base64(zlib(pickle(json)))."""
+    import base64
+    import pickle
+    import zlib
+
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+# two rows of livecodebench/code_generation_lite as published (every column; a functional and a stdin problem)
+LCB = [
+    {
+        "question_title": "Total",
+        "question_content": "Return the sum of nums.",
+        "platform": "leetcode",
+        "question_id": "2847",
+        "contest_id": "weekly-contest-1",
+        "contest_date": "2023-08-01T00:00:00",
+        "starter_code": "class Solution:\n    def total(self, nums: List[int]) -> int:\n        ",
+        "difficulty": "easy",
+        "public_test_cases": json.dumps([{"input": "[1, 2]", "output": "3", "testtype": "functional"}]),
+        "private_test_cases": _lcb_private([{"input": "[5, 6]", "output": "11", "testtype": "functional"}]),
+        "metadata": json.dumps({"func_name": "total"}),
+    },
+    {
+        "question_title": "Add",
+        "question_content": "Read a and b; print a + b.",
+        "platform": "atcoder",
+        "question_id": "abc001_a",
+        "contest_id": "abc001",
+        "contest_date": "2023-08-02T00:00:00",
+        "starter_code": "",
+        "difficulty": "easy",
+        "public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]),
+        "private_test_cases": _lcb_private([{"input": "4 4\n", "output": "8\n", "testtype": "stdin"}]),
+        "metadata": "{}",
+    },
+]
+# two rows of codeparrot/apps as published (input_output and solutions are JSON strings)
+APPS = [
+    {
+        "problem_id": 12,
+        "question": "Read n; print 2n.",
+        "solutions": json.dumps(["print(int(input()) * 2)"]),
+        "input_output": json.dumps({"inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]}),
+        "difficulty": "interview",
+        "url": "https://codeforces.com/problemset/problem/1/A",
+        "starter_code": "",
+    },
+    {
+        "problem_id": 13,
+        "question": "Return x + 1.",
+        "solutions": "[]",
+        "input_output": json.dumps({"fn_name": "inc", "inputs": [[1], [2]], "outputs": [[2], [3]]}),
+        "difficulty": "introductory",
+        "url": "https://leetcode.com/problems/x",
+        "starter_code": "def inc(x):\n    ",
+    },
+]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_code_datasets_load_as_published_and_their_tests_grade(tmp_path, fmt):
+    from xrpo.rewards import get_verifier
+
+    lcb, info = load_problems_with_layout(write(tmp_path, "lcb", LCB, fmt))
+    assert info == {
+        "format": fmt,
+        "layout": "livecodebench",
+        "prompt": "question_content",
+        "answer": "public_test_cases",
+        "id": "question_id",
+    }
+    assert [p.id for p in lcb] == ["2847", "abc001_a"]
+    # a functional problem's prompt shows the starter code its tests call; a stdin problem's is the question
+    assert lcb[0].prompt.startswith("Return the sum of nums.") and "def total(self, nums" in lcb[0].prompt
+    assert lcb[1].prompt == "Read a and b; print a + b."
+    ref = json.loads(lcb[0].answer)
+    assert set(ref) == {"public_test_cases", "private_test_cases", "metadata", "starter_code"}
+    assert lcb[0].metadata == {k: LCB[0][k] for k in ("question_title", "platform", "contest_id", "contest_date")} | {
+        "difficulty": "easy"
+    }
+    apps, info = load_problems_with_layout(write(tmp_path, "apps", APPS, fmt))
+    assert (info["layout"], info["answer"], info["id"]) == ("apps", "input_output", "problem_id")
+    assert [p.id for p in apps] == ["12", "13"] and "def inc(x):" in apps[1].prompt
+    assert json.loads(json.loads(apps[1].answer)["input_output"])["fn_name"] == "inc"
+    # the code verifier reads every reference as loaded: public and (decoded) private tests, the function name
+    verifier = get_verifier("code")
+    refs = [p.answer for p in lcb + apps]
+    assert verifier.reference_errors(refs) == []
+    right = [
+        "```python\nclass Solution:\n    def total(self, nums):\n        return sum(nums)\n```",
+        "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
+        "```python\nprint(int(input()) * 2)\n```",
+        "```python\ndef inc(x):\n    return x + 1\n```",
+    ]
+    results = verifier.verify_batch(right, refs)
+    assert [r.score for r in results] == [1.0] * 4
+    assert [r.metadata["total"] for r in results] == [2, 2, 2, 2]  # the private tests count
+    wrong = ["```python\nclass Solution:\n    def total(self, nums):\n        return 3\n```"]  # passes public only
+    assert verifier.verify_batch(wrong, refs[:1])[0].score == 0.0

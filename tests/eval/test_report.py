@@ -182,3 +182,64 @@ def test_report_of_an_unfinished_run_and_of_an_older_resumed_log(tiny_run, tmp_p
 
     segs = load_state(list_checkpoints(run)[-1])["segments"]
     assert f"| wall time | {segs[0]['wall_time_s']:.0f} s up to the checkpoint of step 3 |" in md
+
+
+# ------------------------------------------------------------------------------------------------ the plots' axes
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions save (still drawn and readable after saving)."""
+    from xrpo.eval import plots
+
+    kept = []
+    real = plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: kept.append(fig) or real(fig, path))
+    return kept
+
+
+def test_step_axes_have_whole_steps_and_an_accuracy_axis_stays_in_its_range(figures, tmp_path):
+    from xrpo.eval import plots
+
+    plots.plot_lines(
+        {"pass@1": ([0, 1, 2], [0.0, 0.0, 0.0])}, tmp_path / "a.png", title="t", ylabel="accuracy", bounds=(0.0, 1.0)
+    )
+    plots.plot_lines({"reward": ([1, 2], [0.2, 0.4])}, tmp_path / "b.png", title="t", ylabel="reward")
+    plots.plot_stacked(
+        [1, 2], {"generate": [1.0, 2.0], "update": [0.5, 0.5]}, tmp_path / "c.png", title="t", ylabel="s"
+    )
+    (acc,), (reward,), (stack,) = (f.axes for f in figures)
+    assert acc.get_ylim()[0] == 0.0  # not -0.05 around a run whose accuracy is 0 throughout
+    for ax in (acc, reward, stack):
+        lo, hi = ax.get_xlim()
+        assert all(t == int(t) for t in ax.get_xticks() if lo <= t <= hi), ax.get_xticks()
+
+
+def test_the_step_time_legend_is_beside_the_bars(figures, tmp_path):
+    from xrpo.eval import plots
+
+    parts = {k: [1.0, 3.0, 2.0] for k in ("generate", "verify", "plan", "retrieve", "old_logprobs", "update", "other")}
+    plots.plot_stacked([1, 2, 3], parts, tmp_path / "t.png", title="Time per step", ylabel="seconds")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    (fig,) = figures
+    ax = fig.axes[0]
+    renderer = FigureCanvasAgg(fig).get_renderer()  # the saved figure's layout (pyplot closed it)
+    legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.x0 >= axes.x1  # nothing of it over the plotting area
+    assert legend.x1 <= fig.bbox.x1  # and inside the saved image
+
+
+def test_the_reward_sentence_of_a_short_run(tiny_run, tmp_path):
+    import shutil as sh
+
+    run = tmp_path / "run"
+    sh.copytree(tiny_run, run)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    text = make_report(run, html_page=False, log=lambda *_: None).read_text()
+    assert (
+        "first 1 steps" not in text
+        and f"Mean reward of the run's one step {rows[0]['rollout/reward_mean']:.3f}" in text
+    )
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = make_report(run, output=tmp_path / "r5", html_page=False, log=lambda *_: None).read_text()
+    assert "Mean reward of the first step " in text and "of the last step " in text

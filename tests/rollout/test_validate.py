@@ -198,6 +198,30 @@ def test_prompts_override_and_keep_text(parts):
     assert [r["completions"] for r in recs] == [[x.text for x in o] for o in outs]
 
 
+def test_progress_is_reported_as_the_engine_finishes_rows_and_changes_nothing(parts):
+    # 5 problems x 4 samples = 20 rows in chunks of 8 rows: the engine reports 8, 16, 20, then sample_and_score the
+    # end of its one call; the same records as without progress
+    engine, verifier, renderer, problems = parts
+    calls: list[tuple[int, int]] = []
+    engine.max_batch_size = 8
+    try:
+        _, plain = sample_and_score(problems, engine, verifier, renderer, n=4, sampling=SAMPLING)
+        _, shown = sample_and_score(
+            problems, engine, verifier, renderer, n=4, sampling=SAMPLING, progress=lambda *a: calls.append(a)
+        )
+    finally:
+        engine.max_batch_size = 64
+    assert shown == plain
+    assert calls == [(8, 20), (16, 20), (20, 20), (20, 20)]
+    assert engine.progress is None  # the hook is the caller's only for its call
+    # in chunks of problems, counted over the whole call
+    calls.clear()
+    sample_and_score(
+        problems, engine, verifier, renderer, n=4, sampling=SAMPLING, chunk_size=2, progress=lambda *a: calls.append(a)
+    )
+    assert calls == [(8, 20), (8, 20), (16, 20), (16, 20), (20, 20), (20, 20)]
+
+
 def test_argument_errors(parts):
     engine, verifier, renderer, problems = parts
     with pytest.raises(ValueError, match="prompts"):

@@ -40,6 +40,7 @@ def test_presets_set_every_method_knob_and_overrides_win():
 def test_knobs_are_declared_once_and_embedded_as_they_are():
     # the trainer, the planner and TreePO's sampler hold the sections of xrpo.algo.config, not copies
     from xrpo.algo import config as knobs
+    from xrpo.data import Problem
     from xrpo.rollout.records import PlanConfig
     from xrpo.rollout.sources import SourceContext, TreeSource
     from xrpo.rollout.treepo import TreeConfig
@@ -87,7 +88,7 @@ def test_knobs_are_declared_once_and_embedded_as_they_are():
     assert (p.icl_min_similarity, p.icl_train_prompt, p.adv_scale, p.icl) == (0.2, "icl", "none", False)
     assert (p.planner, p.stream_quorum) == ("rounds", 0.75)
     ctx = SourceContext(
-        problems=[],
+        problems=[Problem(id="p", prompt="q", answer="1")],
         engine=None,
         verifier=None,
         renderer=None,

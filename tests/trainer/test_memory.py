@@ -87,6 +87,7 @@ def test_hand_computed_micro_batch_terms():
     assert e.activations == 10 * 2 * 624
     # logits: 10*50*4 (all positions) + 6*50*(4+4+4) (gathered, float32, log-softmax), and backward's 10*50*4 + 6*50*4
     assert e.logits == 2000 + 3600 + 2000 + 1200
+    assert memory.logits_bytes(s, 4, 10, 6, None) == (2000 + 3600, 2000 + 1200)
     e = memory.estimate_memory(s, gradient_checkpointing=True, logprob_chunk_tokens=4, **kw)
     assert e.activations == 10 * (2 * 8 * 4 + 624)  # each layer's input, plus one layer recomputed
     assert e.logits == 2 * 4 * 50 * 12 + 10 * 8 * 4  # one chunk, forward and backward; the final hidden states
@@ -137,3 +138,82 @@ def test_format_names_every_component_and_warns_past_the_device():
         assert word in text
     assert "exceeds the device" in text
     assert "exceeds" not in memory.format_estimate(e, device_bytes=16 * memory.GIB)
+
+
+def test_the_micro_batch_is_what_the_step_can_fill():
+    # SmolLM2-135M's run: 24 rollouts of a 40-token prompt and 96 completion tokens fit one 8,192-token micro-batch
+    # of 24 x 136 = 3,264 tokens (2,304 of them completions); filling the budget with 256-token prompts said 23 rows
+    # x 352 = 8,096
+    assert memory.largest_micro_batch(8192, 24, 40, 96) == (24 * 136, 24 * 96)
+    assert memory.largest_micro_batch(8192, 128, 40, 96) == (60 * 136, 60 * 96)  # 8192 // 136 = 60 rows
+    assert memory.largest_micro_batch(100, 24, 40, 96) == (136, 96)  # a row longer than the budget goes alone
+    # the update's own packing never makes a larger one
+    from xrpo.trainer.logprobs import micro_batches
+
+    lengths = [40 + 96] * 20 + [30 + 96] * 4
+    largest = max(len(b) * max(lengths[i] for i in b) for b in micro_batches(lengths, 8192))
+    assert largest <= memory.largest_micro_batch(8192, 24, 40, 96)[0]
+
+
+CHILD = """
+import json, resource, sys
+import torch
+torch.set_num_threads(1)
+# the first forward / backward / AdamW step loads torch's CPU kernels: done on a toy model before the baseline
+toy = torch.nn.Linear(64, 64)
+toy(torch.randn(8, 64)).logsumexp(-1).sum().backward()
+torch.optim.AdamW(toy.parameters()).step()
+from transformers import LlamaConfig, LlamaForCausalLM
+from xrpo.algo.losses import get_policy_loss
+from xrpo.rollout.records import RolloutRecord
+from xrpo.trainer import memory
+from xrpo.trainer.config_loader import build_config
+from xrpo.trainer.setup import memory_estimate
+from xrpo.trainer.update import Policy, UpdateBatch, old_logprobs, policy_update
+rows, prompt, completion = 12, 40, 96
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(hidden_size=128, intermediate_size=352, num_hidden_layers=4,
+    num_attention_heads=4, num_key_value_heads=2, vocab_size=16000, tie_word_embeddings=False)).eval()
+cfg = build_config(None, ["method.name=grpo", "method.kl_coef=0", f"rollout.rollouts_per_step={rows}",
+    "rollout.prompts_per_step=4", "method.n_base=2", f"rollout.max_new_tokens={completion}",
+    "optim.old_logprobs=recompute"])
+g = torch.Generator().manual_seed(1)
+recs = []
+for i in range(rows):
+    p = torch.randint(5, 16000, (prompt,), generator=g).tolist()
+    c = torch.randint(5, 16000, (completion,), generator=g).tolist()
+    recs.append(RolloutRecord(i % 4, i % 4, 0, False, p, p, c, [0.0] * completion, "length", ""))
+policy = Policy(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-5),
+    loss_fn=get_policy_loss("vanilla"), pad_id=0)
+adv = torch.tensor([1.0 if i % 2 else -1.0 for i in range(rows)])
+for step in (1, 2):  # the second update holds AdamW's state through its passes: the run's peak
+    old, _, _ = old_logprobs(policy, recs, cfg, step)
+    policy_update(policy, UpdateBatch(recs, adv, old, None), cfg, step)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+est, _ = memory_estimate(cfg, model, prompt)
+per_token = 4 * memory.layer_saved_bytes_per_token(memory.model_shape(model), 4)  # 4 layers, float32
+print(json.dumps({"peak": peak, "layers": 4, "vocab": 16000, "tokens": est.activations // per_token, **{
+    k: getattr(est, k) for k in ("weights", "gradients", "optimizer", "activations", "logits", "training_peak")}}))
+"""
+
+
+def test_the_estimate_against_the_measured_peak_of_two_updates():
+    # a fresh process (its peak resident set is the measure) runs two updates of 12 rollouts of 40 + 96 tokens (the
+    # shape of a short run's step: it does not fill the 8,192-token budget) on a small random Llama, against the
+    # trainer's own estimate (xrpo.trainer.setup.memory_estimate)
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=600, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    # at the end of a forward these are all held (gradients are set to None before each mini-batch), and every
+    # position's logits (float32) of the estimated micro-batch: the peak, which counts every resident byte, cannot be
+    # below them
+    live = r["weights"] + r["optimizer"] + r["activations"] + r["tokens"] * r["vocab"] * 4
+    # the estimate counts everything that can be held at once (gradients, the log-softmax's copies and the
+    # backward's logits gradients too); what it leaves out is the backward's transient buffers of one layer (at most
+    # one layer's saved activations) and what the allocator keeps of freed memory (64 MiB)
+    slack = r["activations"] // r["layers"] + 64 * 2**20
+    assert live <= r["peak"] <= r["training_peak"] + slack, r

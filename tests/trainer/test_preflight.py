@@ -46,6 +46,16 @@ def test_a_bad_field_fails_before_anything_is_loaded(trainer_env, tmp_path, no_l
     assert not out.exists()  # nothing written: the same output works once the field is fixed
 
 
+def test_a_gguf_model_without_its_file_named_fails_before_the_data_loads(trainer_env, tmp_path, no_loading):
+    gguf_only = tmp_path / "weights"
+    gguf_only.mkdir()
+    (gguf_only / "model.Q4_1.gguf").write_bytes(b"GGUF")
+    ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1) + [f"model.path={gguf_only}"]
+    with pytest.raises(ValueError, match=r"pass the file to load as model.gguf_file, one of: model.Q4_1.gguf"):
+        train(build_config(None, ov), log=lambda *_: None)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
 def test_an_engine_whose_extra_is_missing_names_the_extra(trainer_env, tmp_path, no_loading):
     ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1) + ["rollout.engine=vllm"]

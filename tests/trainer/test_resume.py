@@ -321,3 +321,21 @@ def test_train_and_resume_are_refused_while_another_process_holds_the_run(traine
         proc.wait()
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_NAME}
     assert after == {p: b for p, b in before.items() if p.name != LOCK_NAME}  # nothing was changed
+
+
+def test_resume_of_a_live_run_without_a_checkpoint_yet_names_the_run_holding_it(trainer_env, tmp_path):
+    # a run that is still before its first checkpoint: config.yaml written, no checkpoints/. Its holder is named, not
+    # "stopped before its first one" with a command that would overwrite its records
+    out = tmp_path / "live"
+    out.mkdir()
+    (out / "config.yaml").write_text("steps: 5\n")
+    proc = hold_run_lock(out)
+    try:
+        with pytest.raises(RunLockedError, match=rf"{out} is in use by xrpo train \(pid {proc.pid} on host "):
+            train(None, resume=str(out), log=quiet)
+    finally:
+        proc.kill()
+        proc.wait()
+    # once it is dead, the missing checkpoint is what is said
+    with pytest.raises(CheckpointError, match="has no complete checkpoint yet"):
+        train(None, resume=str(out), log=quiet)

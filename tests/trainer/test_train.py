@@ -138,6 +138,15 @@ def test_bad_inputs(trainer_env, tmp_path):
         train(None, resume=str(tmp_path), log=quiet)
 
 
+def test_a_data_error_names_the_config_field_to_set(trainer_env, tmp_path):
+    # the loader's hint is written as the trainer's config field, not as load_problems' Python keyword
+    cases = tmp_path / "code.jsonl"
+    cases.write_text(json.dumps({"id": "a", "question": "add", "cases": [{"input": "1 2", "output": "3"}]}) + "\n")
+    ov = trainer_env["overrides"](tmp_path / "o", "grpo") + [f"data.train={cases}"]
+    with pytest.raises(ValueError, match=r"code.jsonl line 1: no answer field: .*\(or pass data.answer_key=FIELD\)"):
+        train(build_config(None, ov), log=quiet)
+
+
 def test_nan_loss_stops_without_overwriting_the_last_checkpoint(trainer_env, tmp_path):
     out = tmp_path / "nan"
     # Adam's first step moves each weight by about lr: 1e30 leaves finite but huge weights whose logits overflow

@@ -329,3 +329,107 @@ def test_mixed_precision_forwards_compute_in_bfloat16(tiny_model):
     with torch.no_grad(), policy.compute():
         logits = model(torch.tensor([[5, 6, 7]])).logits
     assert logits.dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------------------ zero advantages
+def _update_arms(tiny_model, tiny_tokenizer, *, kl: bool):
+    """A policy after one real optimizer step (AdamW's moments non-zero, weight decay on), its batch of 6 rollouts,
+    and the config of a zero-advantage step of 2 epochs x 2 mini-batches."""
+    import copy
+
+    from xrpo.algo.losses import get_policy_loss
+    from xrpo.rollout.records import RolloutRecord
+    from xrpo.trainer.config import TrainConfig
+    from xrpo.trainer.update import Policy, UpdateBatch, old_logprobs, policy_update
+
+    cfg = TrainConfig()
+    cfg.method.kl_coef = 0.05 if kl else 0.0
+    cfg.optim.weight_decay = 0.1
+    cfg.optim.mini_batches = 2
+    cfg.optim.ppo_epochs = 2
+    cfg.optim.old_logprobs = "recompute"
+    gen = torch.Generator().manual_seed(0)
+    records = [
+        RolloutRecord(
+            problem_index=i // 3,
+            group_id=i // 3,
+            round=0,
+            seeded=False,
+            gen_prompt_ids=ids,
+            train_prompt_ids=ids,
+            completion_ids=torch.randint(5, 60, (3 + i,), generator=gen).tolist(),
+            logprobs=[0.0] * (3 + i),
+            finish_reason="eos",
+            text="",
+        )
+        for i, ids in enumerate([[5, 9, 11], [5, 9, 11], [5, 9, 11], [7, 8], [7, 8], [7, 8]])
+    ]
+    model = copy.deepcopy(tiny_model).train(False)
+    policy = Policy(
+        model=model,
+        optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1),
+        loss_fn=get_policy_loss("vanilla"),
+        pad_id=tiny_tokenizer.pad_token_id,
+        ref_model=copy.deepcopy(tiny_model).requires_grad_(False) if kl else None,
+    )
+    old, ref, _ = old_logprobs(policy, records, cfg, 1)
+    policy_update(policy, UpdateBatch(records, torch.tensor([1.0, -1.0, 0.0, 0.5, 0.5, -1.0]), old, ref), cfg, 1)
+    old, ref, _ = old_logprobs(policy, records, cfg, 2)
+    return policy, UpdateBatch(records, torch.zeros(len(records)), old, ref), cfg
+
+
+def _forwards(model) -> list[int]:
+    calls = [0]
+    model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def test_a_zero_advantage_step_skips_the_passes_and_leaves_what_the_full_step_leaves(tiny_model, tiny_tokenizer):
+    # the same step twice from the same state: once through the full forward / backward passes (the loss under a name
+    # that does not declare itself advantage-weighted, so the update cannot skip), once skipped. A zero gradient is
+    # exactly zero either way, so AdamW's steps (moment decay, weight decay, step count) give the same bits
+    import copy
+
+    from xrpo.algo.losses import POLICY_LOSSES, get_policy_loss, register_policy_loss
+    from xrpo.trainer.update import policy_update, zero_gradient
+
+    policy, batch, cfg = _update_arms(tiny_model, tiny_tokenizer, kl=False)
+    assert zero_gradient(batch, cfg)
+    full = copy.deepcopy(policy)
+    full_cfg = copy.deepcopy(cfg)
+    name = "test-vanilla-undeclared"
+    register_policy_loss(name)(get_policy_loss("vanilla"))
+    try:
+        full_cfg.method.policy_loss = name
+        assert not zero_gradient(batch, full_cfg)
+        full_calls, skip_calls = _forwards(full.model), _forwards(policy.model)
+        before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+        m_full = policy_update(full, batch, full_cfg, 2)
+        m_skip = policy_update(policy, batch, cfg, 2)
+    finally:
+        POLICY_LOSSES.pop(name)
+    assert full_calls[0] == 4 and skip_calls[0] == 0  # 2 epochs x 2 mini-batches of one micro-batch each
+    after = policy.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in after)  # weight decay and AdamW's momentum moved it
+    for k, v in full.model.state_dict().items():
+        assert torch.equal(v, after[k]), k
+    s_full, s_skip = full.optimizer.state_dict(), policy.optimizer.state_dict()
+    assert s_full["state"].keys() == s_skip["state"].keys()
+    for i, st in s_full["state"].items():
+        for key, v in st.items():
+            assert torch.equal(v, s_skip["state"][i][key]), (i, key)
+    assert m_skip["loss/skipped_zero_advantage"] == 1.0 and "loss/skipped_zero_advantage" not in m_full
+    assert m_skip["loss/policy"] == m_full["loss/policy"] == 0.0
+    assert m_skip["loss/grad_norm"] == m_full["loss/grad_norm"] == 0.0
+
+
+def test_a_zero_advantage_step_with_a_kl_term_still_runs(tiny_model, tiny_tokenizer):
+    # the KL term pulls the policy, which one step moved, back toward the reference: its gradient is not zero, so the
+    # update must run (skipping it would leave the policy where a real step does not)
+    from xrpo.trainer.update import policy_update, zero_gradient
+
+    policy, batch, cfg = _update_arms(tiny_model, tiny_tokenizer, kl=True)
+    assert not zero_gradient(batch, cfg)
+    calls = _forwards(policy.model)
+    metrics = policy_update(policy, batch, cfg, 2)
+    assert calls[0] == 4 and metrics["loss/grad_norm"] > 0 and "loss/skipped_zero_advantage" not in metrics

@@ -43,6 +43,7 @@ __all__ = [
     "POLICY_LOSSES",
     "aggregate_loss",
     "get_policy_loss",
+    "is_advantage_weighted",
     "kl_penalty",
     "register_policy_loss",
 ]
@@ -52,6 +53,7 @@ KL_ESTIMATORS = ("k1", "k3")
 
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 POLICY_LOSSES: dict[str, PolicyLoss] = {}
+_ADVANTAGE_WEIGHTED: set[str] = set()  # names registered with advantage_weighted=True
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -59,8 +61,14 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {}
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
-    """Decorator registering a policy loss under ``name``; registering a name twice raises ``ValueError``."""
+def register_policy_loss(name: str, *, advantage_weighted: bool = False) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Decorator registering a policy loss under ``name``; registering a name twice raises ``ValueError``.
+
+    ``advantage_weighted=True`` declares that every term of the loss is a multiple of an advantage, so that with every
+    advantage 0 the loss and its gradient are exactly 0 (true of the clipped surrogates below: -min(r A, clip(r) A)).
+    A trainer may then leave out the forward and backward passes of a step whose advantages are all 0
+    (`xrpo.trainer.update.zero_gradient`); a loss with any other term (an entropy bonus, a penalty) must not declare
+    it, and by default does not."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"register_policy_loss: name must be a non-empty string, got {name!r}")
 
@@ -68,9 +76,18 @@ def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
         if name in POLICY_LOSSES:
             raise ValueError(f"register_policy_loss: a policy loss named {name!r} is already registered")
         POLICY_LOSSES[name] = fn
+        _ADVANTAGE_WEIGHTED.discard(name)  # a name removed from POLICY_LOSSES and registered again
+        if advantage_weighted:
+            _ADVANTAGE_WEIGHTED.add(name)
         return fn
 
     return decorator
+
+
+def is_advantage_weighted(name: str) -> bool:
+    """Whether the policy loss registered as ``name`` declared every term a multiple of an advantage
+    (`register_policy_loss`); False for an unknown name."""
+    return name in POLICY_LOSSES and name in _ADVANTAGE_WEIGHTED
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
@@ -367,7 +384,7 @@ def _metrics(
     }
 
 
-@register_policy_loss("vanilla")
+@register_policy_loss("vanilla", advantage_weighted=True)
 def vanilla_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -416,7 +433,7 @@ def _sequence_log_ratio(log_ratio: torch.Tensor, valid: torch.Tensor) -> torch.T
     return log_ratio.sum(dim=-1) / valid.sum(dim=-1).clamp(min=1).to(log_ratio.dtype)
 
 
-@register_policy_loss("gspo")
+@register_policy_loss("gspo", advantage_weighted=True)
 def gspo_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -458,7 +475,7 @@ def gspo_policy_loss(
     return loss, _metrics(seq_ratio, log_ratio, adv, valid, clip_low, clip_high)
 
 
-@register_policy_loss("gspo_token")
+@register_policy_loss("gspo_token", advantage_weighted=True)
 def gspo_token_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

@@ -265,7 +265,11 @@ class NamedLayout:
 
     ``id_key`` None means: an ``id`` field, else ``extra_info.index``, else the record's position.
     ``answer_transform(value, where, key)`` turns the raw answer field into the reference (GSM8K keeps what follows
-    ``####``); it runs only when the answer comes from ``answer_key``.
+    ``####``); it runs only when the answer comes from ``answer_key``. ``answer_fields``: further fields the
+    reference carries (a code problem's private tests, its function name): the reference is then the JSON object of
+    ``answer_key`` and those of them the record has, and they stay out of the metadata. ``prompt_transform(prompt,
+    record)`` completes the prompt from other fields (a code problem's starter code); both run only for the
+    layout's own fields.
     """
 
     name: str
@@ -275,6 +279,8 @@ class NamedLayout:
     id_key: str | None = None
     detect: Callable[[dict], bool] | None = None
     answer_transform: Callable[[Any, str, str], Any] | None = None
+    answer_fields: tuple[str, ...] = ()
+    prompt_transform: Callable[[Any, dict], Any] | None = None
 
     def matches(self, record: dict) -> bool:
         if not all(_lookup(record, k) is not _MISSING for k in self.requires):
@@ -313,6 +319,42 @@ register_layout(
         "answer",
         detect=lambda r: "problem" not in r and isinstance(r.get("answer"), str) and _GSM8K_MARK in r["answer"],
         answer_transform=_gsm8k_answer,
+    )
+)
+
+
+def _with_starter_code(prompt: Any, record: dict) -> Any:
+    """A code problem's prompt followed by its starter code (the function or class the tests call), as LiveCodeBench's
+    and APPS's own prompts show it; a problem without starter code (stdin tests) is left as it is."""
+    starter = record.get("starter_code")
+    if not isinstance(prompt, str) or not isinstance(starter, str) or not starter.strip():
+        return prompt
+    return f"{prompt}\n\nComplete this starter code:\n```python\n{starter.rstrip()}\n```"
+
+
+# code datasets as their publishers ship them (the `code` verifier reads the references: docs/code.md)
+register_layout(
+    NamedLayout(
+        # livecodebench/code_generation_lite: public tests, private tests (compressed), metadata holding func_name
+        "livecodebench",
+        ("question_content", "public_test_cases"),
+        "question_content",
+        "public_test_cases",
+        "question_id",
+        answer_fields=("private_test_cases", "metadata", "starter_code"),
+        prompt_transform=_with_starter_code,
+    )
+)
+register_layout(
+    NamedLayout(
+        # codeparrot/apps and BAAI/TACO: input_output = {inputs, outputs[, fn_name]} as a JSON string
+        "apps",
+        ("question", "input_output"),
+        "question",
+        "input_output",
+        "problem_id",
+        answer_fields=("starter_code",),
+        prompt_transform=_with_starter_code,
     )
 )
 
@@ -367,6 +409,10 @@ class _Layout:
                 )
         if named is not None and named.answer_transform is not None and answer_key == named.answer_key:
             self.transform = named.answer_transform
+        own_answer = named is not None and answer_key == named.answer_key
+        self.answer_fields = named.answer_fields if own_answer else ()
+        own_prompt = named is not None and prompt_key == named.prompt_key
+        self.prompt_transform = named.prompt_transform if own_prompt else None
         if id_key is None:
             if named is not None and named.id_key is not None and _lookup(first, named.id_key) is not _MISSING:
                 id_key = named.id_key
@@ -400,11 +446,16 @@ def _make_problem(record: Any, where: str, index: int, layout: _Layout, stem: st
             f"got {type(prompt).__name__}"
         )
 
+    if layout.prompt_transform is not None:
+        prompt = layout.prompt_transform(prompt, record)
+
     raw_answer = _lookup(record, layout.answer_key)
     if raw_answer is _MISSING:
         raise DataError(f"{where}: missing field '{layout.answer_key}' (the answer); fields present: {sorted(record)}")
     if layout.transform is not None:
         raw_answer = layout.transform(raw_answer, where, layout.answer_key)
+    if layout.answer_fields:
+        raw_answer = {layout.answer_key: raw_answer, **{k: record[k] for k in layout.answer_fields if k in record}}
     answer = _answer_to_str(raw_answer, where, layout.answer_key, layout.spell)
 
     if layout.id_key is None:
@@ -424,7 +475,7 @@ def _make_problem(record: Any, where: str, index: int, layout: _Layout, stem: st
     else:
         ds = data_source
 
-    used = {_root(layout.prompt_key, record), _root(layout.answer_key, record), "data_source"}
+    used = {_root(layout.prompt_key, record), _root(layout.answer_key, record), "data_source", *layout.answer_fields}
     if layout.id_key is not None:
         used.add(_root(layout.id_key, record))
     meta: dict = {}

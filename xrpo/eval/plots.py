@@ -96,8 +96,11 @@ def plot_lines(
     ylabel: str,
     xlabel: str = "step",
     smooth: int = 0,
+    bounds: tuple[float, float] | None = None,
 ) -> Path:
-    """One line per series ``{label: (x, y)}``; ``smooth`` > 1 adds a moving average of that window."""
+    """One line per series ``{label: (x, y)}``; ``smooth`` > 1 adds a moving average of that window. ``bounds``:
+    the quantity's own range (an accuracy's (0, 1)), which the axis does not go beyond (a run whose accuracy is 0
+    throughout gets an axis from 0, not from -0.05). A "step" axis has whole steps only."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for label, (x, y) in series.items():
@@ -122,7 +125,19 @@ def plot_lines(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    if xlabel == "step":
+        _whole_steps(ax)
+    if bounds is not None:
+        low, high = ax.get_ylim()
+        ax.set_ylim(max(low, bounds[0]), min(high, bounds[1]))
     return save_figure(fig, path)
+
+
+def _whole_steps(ax) -> None:
+    """Ticks at whole steps only (a short run's axis would otherwise read 1.0, 1.5, 2.0)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_histograms(groups: Mapping[str, Sequence[float]], path: Path, *, title: str, xlabel: str) -> Path:
@@ -146,7 +161,7 @@ def plot_stacked(
 ) -> Path:
     """Stacked bars: one bar per x, one segment per part."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(7.6, 3.8))
     bottom = np.zeros(len(x))
     for label, ys in parts.items():
         ys = np.asarray(ys, dtype=float)
@@ -155,5 +170,7 @@ def plot_stacked(
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=7, ncol=2)
+    _whole_steps(ax)
+    # beside the bars, not over them: a stack fills the axes wherever its legend would go inside
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return save_figure(fig, path)

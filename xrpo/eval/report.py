@@ -383,10 +383,13 @@ def make_report(
             "training reward",
         )
         x, y = series.get("reward_mean", ([], []))
-        if y:
+        if len(y) == 1:
+            page.p(f"Mean reward of the run's one step {y[0]:.3f}.")
+        elif y:
             k = max(1, len(y) // 10)
+            steps_k = "step" if k == 1 else f"{k} steps"
             page.p(
-                f"Mean reward of the first {k} steps {np.mean(y[:k]):.3f}, of the last {k} steps {np.mean(y[-k:]):.3f}."
+                f"Mean reward of the first {steps_k} {np.mean(y[:k]):.3f}, of the last {steps_k} {np.mean(y[-k:]):.3f}."
             )
     else:
         page.p("No rollout/reward_mean logged.")
@@ -404,6 +407,7 @@ def make_report(
                 out / "heldout.png",
                 title="Held-out validation",
                 ylabel="accuracy",
+                bounds=(0.0, 1.0),
             ),
             "held-out accuracy",
         )

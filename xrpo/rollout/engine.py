@@ -172,7 +172,11 @@ class Rollout:
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """What the planner and the trainer call. See the module docstring for the conventions."""
+    """What the planner and the trainer call. See the module docstring for the conventions.
+
+    Progress (optional): an engine with a ``progress`` attribute calls it, when it is set, with (rows done, rows in
+    the call) as a `generate` call's rows finish (a row is one completion); a long validation shows its progress
+    through it (`xrpo.rollout.validate.sample_and_score`). It never changes what is sampled."""
 
     def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
         """Sample `counts[i]` completions of `prompts[i]` for every i; returns one list per prompt, in order."""

@@ -146,6 +146,7 @@ class HFEngine:
         self.autocast_dtype = autocast_dtype
         self.max_batch_size = max_batch_size
         self.add_special_tokens = bool(add_special_tokens)
+        self.progress = None  # called with (rows done, rows) after each chunk (`xrpo.rollout.engine.RolloutEngine`)
 
         model_device = next(model.parameters()).device
         self.device = torch.device(device) if device is not None else model_device
@@ -235,6 +236,8 @@ class HFEngine:
                     row_rollouts[r] = rollout
                     if state is not None and rollout.finish_reason == "length":
                         kept[tuple(rollout.prompt_ids + rollout.completion_ids)] = (state, b)
+                if self.progress is not None:
+                    self.progress(sum(x is not None for x in row_rollouts), len(rows))
         if store is not None:
             for r in hits:
                 store.pop(tuple(prompt_ids[rows[r]]), None)

@@ -22,7 +22,7 @@ Advantages (Algorithm 1 line 14) are computed after the trainer has recomputed t
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -167,27 +167,43 @@ def batch_advantages(
 
 # -- prompts in epoch order -----------------------------------------------------------------------------------------
 class EpochSampler:
-    """Data order: a fresh permutation per epoch from (seed, epoch); its state is two integers, so resume is exact."""
+    """Data order: a fresh permutation per epoch from (seed, epoch). A draw that crosses into the next epoch could meet
+    a problem it holds already: that one is deferred (drawn first next time), so a draw's problems are distinct and
+    every epoch still visits each problem once. Its state is two integers and the deferred problems (fewer than a
+    draw), so resume is exact."""
 
-    def __init__(self, n: int, seed: int, epoch: int = 0, pos: int = 0):
+    def __init__(self, n: int, seed: int, epoch: int = 0, pos: int = 0, deferred: Sequence[int] = ()):
         self.n, self.seed, self.epoch, self.pos = n, seed, epoch, pos
+        self.deferred = [int(i) for i in deferred]
 
     def _perm(self) -> np.ndarray:
         return np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
 
-    def next(self, k: int) -> list[int]:
+    def next(self, k: int, avoid: Collection[int] = ()) -> list[int]:
+        """The next ``k`` problems, distinct and none of ``avoid`` (those the step drew already: DAPO's refill) while
+        the data set has enough of them."""
+        if k > self.n:
+            raise ValueError(f"a step draws {k} distinct problems, but the training set has {self.n}")
+        taken = set(avoid) if k + len(avoid) <= self.n else set()
         out: list[int] = []
+        deferred, self.deferred = self.deferred, []
+        for i in deferred:
+            (self.deferred if len(out) == k or i in taken else out).append(i)
+            taken.add(i)
+        perm = None
         while len(out) < k:
-            perm = self._perm()
-            take = min(k - len(out), self.n - self.pos)
-            out.extend(int(i) for i in perm[self.pos : self.pos + take])
-            self.pos += take
+            if perm is None:
+                perm = self._perm()
+            i = int(perm[self.pos])
+            (self.deferred if i in taken else out).append(i)
+            taken.add(i)
+            self.pos += 1
             if self.pos == self.n:
-                self.epoch, self.pos = self.epoch + 1, 0
+                self.epoch, self.pos, perm = self.epoch + 1, 0, None
         return out
 
     def state(self) -> dict:
-        return {"epoch": self.epoch, "pos": self.pos}
+        return {"epoch": self.epoch, "pos": self.pos, "deferred": list(self.deferred)}
 
 
 class _EpochSource:
@@ -196,13 +212,28 @@ class _EpochSource:
     def __init__(self, ctx: SourceContext):
         self.ctx = ctx
         self.order = EpochSampler(len(ctx.problems), ctx.seed)
+        self._drawn: set[int] = set()  # the problems of the step's generation batches so far
+        if ctx.prompts_per_step > len(ctx.problems):
+            raise ValueError(
+                f"rollout.prompts_per_step={ctx.prompts_per_step}: a step draws that many distinct problems, but "
+                f"the training set has {len(ctx.problems)}"
+            )
 
     def generate(self, problems: list[Problem], sampling: SamplingParams) -> PlanResult:
         raise NotImplementedError
 
+    def draw(self, batch: int) -> list[int]:
+        """The indices of generation batch ``batch``'s prompts: distinct, and none of the step's earlier batches'
+        (DAPO's refill) while the training set has enough problems."""
+        if batch == 0:
+            self._drawn = set()
+        idx = self.order.next(self.ctx.prompts_per_step, avoid=self._drawn)
+        self._drawn.update(idx)
+        return idx
+
     def sample(self, step: int, batch: int) -> Batch:
         """Generation batch ``batch`` of step ``step``: the next prompts, their verified rollouts."""
-        problems = [self.ctx.problems[i] for i in self.order.next(self.ctx.prompts_per_step)]
+        problems = [self.ctx.problems[i] for i in self.draw(batch)]
         return Batch(problems, self.generate(problems, self.ctx.step_sampling(step, batch)))
 
     def next_batch(self, step: int) -> Batch:
@@ -249,7 +280,7 @@ class PlannerSource(_EpochSource):
         if h is None:
             return super().sample(step, batch)
         c = self.ctx
-        idx = self.order.next(c.prompts_per_step)
+        idx = self.draw(batch)
         problems = [c.problems[i] for i in idx]
         history, metrics = visit_history(h, idx)
         plan = self.generate(problems, c.step_sampling(step, batch), history)

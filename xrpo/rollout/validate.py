@@ -101,6 +101,7 @@ def sample_and_score(
     done: Mapping[int, Mapping] | None = None,
     on_chunk: Callable[[list[dict]], None] | None = None,
     keep_text: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, float], list[dict]]:
     """Draw ``n`` samples per problem, verify them, and aggregate (`score_records`).
 
@@ -118,6 +119,8 @@ def sample_and_score(
             again but count in the metrics.
         on_chunk: called with the new records of each chunk as soon as they are verified (per-problem appends).
         keep_text: also keep each sample's text in its record (``completions``).
+        progress: called with (samples drawn, samples to draw) as the engine finishes them (an engine with a
+            ``progress`` hook, `xrpo.rollout.engine.RolloutEngine`) and after each chunk; it changes nothing drawn.
 
     Returns:
         (metrics, records): the metrics over all problems and one record per problem, in order.
@@ -137,13 +140,25 @@ def sample_and_score(
             raise ValueError(f"done[{i}]: its record (id {d.get('id')!r}) does not match problem {i}")
     records: list[dict | None] = [dict(done[i]) if i in done else None for i in range(len(problems))]
     size = chunk_size or max(len(problems), 1)
+    total, drawn = n * sum(d is None for d in records), 0
+    hook = progress is not None and hasattr(engine, "progress")
     for c, start in enumerate(range(0, len(problems), size)):
         todo = [i for i in range(start, min(start + size, len(problems))) if records[i] is None]
         if not todo:
             continue
         params = sampling if chunk_size is None else dataclasses.replace(sampling, seed=chunk_seed(sampling.seed, c))
         texts = [prompts[i] if prompts is not None else renderer.render(problems[i]) for i in todo]
-        outs = engine.generate(texts, [n] * len(todo), params)
+        if hook:
+            previous = engine.progress
+            engine.progress = lambda done, _, before=drawn: progress(before + done, total)
+        try:
+            outs = engine.generate(texts, [n] * len(todo), params)
+        finally:
+            if hook:
+                engine.progress = previous
+        drawn += n * len(todo)
+        if progress is not None:
+            progress(drawn, total)
         flat = [(i, r) for i, rs in zip(todo, outs) for r in rs]
         results = verifier.verify_batch([r.text for _, r in flat], [problems[i].answer for i, _ in flat])
         new = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import random
@@ -43,6 +44,62 @@ def _request_seed(seed: int, index: int) -> int:
     # Distinct, well-spread seeds per request: vLLM gives child j of a request seed + j, so plain seed + index would
     # make prompt i's child 1 and prompt i+1's child 0 draw the same random stream.
     return random.Random(f"xrpo:{seed}:{index}").getrandbits(31)
+
+
+_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class _RotaryReloadFilter(logging.Filter):
+    """Drops vLLM's "RotaryEmbedding: Failed to load weights" after a weight sync: the layer's only tensor is its
+    cos / sin cache, computed from the config and never in a checkpoint, which the reload puts back as it was
+    (docs/vllm.md, "Weight sync"). The same warning for any other layer passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args == ("RotaryEmbedding",))
+
+
+def _quiet_rotary_reload_warning() -> None:
+    """Install `_RotaryReloadFilter` on vLLM's reload logger once (in this process: a worker in a process of its
+    own keeps the message)."""
+    logger = logging.getLogger(_RELOAD_LOGGER)
+    if not any(isinstance(f, _RotaryReloadFilter) for f in logger.filters):
+        logger.addFilter(_RotaryReloadFilter())
+
+
+class _ProgressBar:
+    """What `vllm.LLM.generate(use_tqdm=...)` calls on its progress bar, counting the completions of finished requests
+    into ``report(rows done, rows)``. vLLM makes it with ``total=`` its request count and updates it by the number of
+    completions of each finished request; older versions may update it by 1 per request, which then shows less done
+    than is (the trainer's progress line only), never more: the count is capped at ``rows``."""
+
+    def __init__(self, report, rows: int):
+        import time
+
+        self.report, self.rows, self.n, self.postfix = report, rows, 0, ""
+        self._clock = time.perf_counter
+        self._start = self._clock()
+
+    def __call__(self, iterable=None, *args, **kwargs):
+        # vLLM calls use_tqdm(total=..., desc=...) for the bar it updates, and use_tqdm(prompts, desc=...) to wrap
+        # what it iterates over (rendering the prompts): that is passed through, uncounted
+        if iterable is not None:
+            return iterable
+        self.n = 0
+        return self
+
+    @property
+    def format_dict(self) -> dict:
+        return {"elapsed": max(self._clock() - self._start, 1e-9)}
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self.report(min(self.n, self.rows), self.rows)
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class _ProcessState:
@@ -115,6 +172,7 @@ class VLLMEngine:
         check_max_model_len(max_model_len)
         vllm = import_vllm()
         self._check_version(vllm)
+        _quiet_rotary_reload_warning()
 
         from transformers import AutoTokenizer
 
@@ -143,6 +201,7 @@ class VLLMEngine:
         self._final_only = RequestOutputKind.FINAL_ONLY
         self._stream: dict[str, tuple] = {}
         self._stream_counter = 0
+        self.progress = None  # called with (rows done, rows) as requests finish (`xrpo.rollout.engine.RolloutEngine`)
 
         sources = [getattr(tokenizer, "eos_token_id", None)]
         if eos_token_ids is None:
@@ -297,7 +356,8 @@ class VLLMEngine:
             requests.append(self._request(prompt_ids[i], what, i, params))
             sampling.append(self._vllm_params(params, counts[i], i))
         with self._seeded_call(params.seed):
-            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+            bar = False if self.progress is None else _ProgressBar(self.progress, sum(counts[i] for i in needed))
+            outputs = self.llm.generate(requests, sampling, use_tqdm=bar)
         if len(outputs) != len(needed):
             raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(needed)} requests")
         for i, out in zip(needed, outputs):

@@ -32,6 +32,7 @@ __all__ = [
     "list_checkpoints",
     "load_state",
     "refuse_existing_run",
+    "resume_run_dir",
     "set_aside_later_checkpoints",
     "update_state",
 ]
@@ -79,6 +80,18 @@ def find_resume_checkpoint(path: str | Path) -> Path:
             f"(a checkpoint holds state.json and the {MARKER} marker)"
         )
     return found[-1]
+
+
+def resume_run_dir(path: str | Path) -> Path:
+    """The run directory a resume ``path`` names (a run directory, or a checkpoint inside one), known without its
+    checkpoints: a resume takes the run's lock first, so that a live run is refused for what it is (running) whatever
+    its checkpoints say. A path that is neither raises `find_resume_checkpoint`'s error."""
+    p = Path(path)
+    if (p / MARKER).exists() and (p / "state.json").exists():
+        return p.parent.parent
+    if p.is_dir() and ((p / "config.yaml").is_file() or (p / "checkpoints").is_dir()):
+        return p
+    return find_resume_checkpoint(p).parent.parent
 
 
 def refuse_existing_run(output: str | Path) -> None:

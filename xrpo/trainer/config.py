@@ -244,7 +244,16 @@ class TrainConfig:
     keep_last: int = 2
     """Checkpoints kept (older ones are deleted)."""
     log_samples_every: int = 25
-    """Print a table of sample completions every N steps (0 disables)."""
+    """Print a table of sample completions every N steps and write them to samples.jsonl; the first step's are always
+    printed and written (0 disables both)."""
+    save_eval_completions: bool = False
+    """Write every validation's completions to OUTPUT/eval_completions/step-NNNNNNNN.jsonl: one row per held-out
+    problem with its reference and, per sample, the text, score and the answer the verifier read."""
+    stop_without_signal: int = 10
+    """Stop the run (an error naming what usually causes it) after this many steps in a row without a learning
+    signal: steps in which every prompt's rollouts got the same reward, so that every advantage is 0 (0: never
+    stop). The first such step prints what it saw and the usual causes: the answer format the verifier reads, the
+    prompt template, rollout.max_new_tokens, the verifier."""
     threads: int | None = None
     """torch CPU threads (None: 1 for the built-in tiny model, whose matrices are too small to split and which ran
     6-8x slower on 2 threads when anything else used a core; torch's default otherwise). Saved with the run, so a
@@ -355,6 +364,13 @@ class TrainConfig:
         check_knobs(m, "method.")
         check_knobs(r, "rollout.")
         self._check_task()
+        _check(
+            self.data.train == "default" or bool(self.data.heldout),
+            "data.heldout",
+            f"must name a file of held-out problems when data.train is a file ({self.data.train}): validation and "
+            "the before / after figures need problems the run does not train on",
+            self.data.heldout,
+        )
         if m.sampler == "tree":
             _check(
                 r.rollouts_per_step >= r.prompts_per_step,
@@ -476,7 +492,8 @@ class TrainConfig:
             o.betas,
         )
         _check(self.eval_samples >= 1, "eval_samples", "must be >= 1", self.eval_samples)
-        for name in ("eval_every", "save_every", "log_samples_every"):  # 0 disables; a negative one is a typo
+        # 0 disables; a negative one is a typo
+        for name in ("eval_every", "save_every", "log_samples_every", "stop_without_signal"):
             _check(getattr(self, name) >= 0, name, "must be >= 0 (0: never)", getattr(self, name))
         check_temperature(self.eval_temperature, "config field eval_temperature")
         _check(

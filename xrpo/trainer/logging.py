@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from xrpo.rundir.files import write_atomic
 from xrpo.trainer.records import Segments
 from xrpo.trainer.trackers import start_trackers
 
@@ -23,6 +24,7 @@ KEY_FIGURES = [
     ("s/step", "time/step", "{:.2f}"),
 ]
 SAMPLE_COLUMNS = ["step", "problem", "reference", "completion", "reward", "reason", "seeded"]
+_BAR_WITHOUT_RATE = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's default less rate and ETA
 
 
 class MechanismTotals:
@@ -149,6 +151,10 @@ class RunLogger:
         else:
             self.log(text)
 
+    def note(self, text: str) -> None:
+        """Print a message between the progress bar's updates."""
+        self._write(text)
+
     def log_step(self, step: int, metrics: dict) -> None:
         row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         self._metrics.write(json.dumps(row) + "\n")
@@ -160,9 +166,18 @@ class RunLogger:
 
             cfg = self._cfg
             self._bar = tqdm(
-                total=cfg.steps, initial=step - 1, desc=f"{cfg.method.name}", unit="step", dynamic_ncols=True
+                total=cfg.steps,
+                initial=step - 1,
+                desc=f"{cfg.method.name}",
+                unit="step",
+                dynamic_ncols=True,
+                bar_format=_BAR_WITHOUT_RATE,
             )
+            self._bar.start_t -= metrics.get("time/step", 0.0)  # the bar's clock starts with the step just done
         if self._bar is not None:
+            if step - self._bar.initial >= 2:
+                # a rate and an ETA from one step would be that step's, warm-up included: shown from the second on
+                self._bar.bar_format = None
             post = {name: fmt.format(metrics[k]) for name, k, fmt in KEY_FIGURES if k in metrics}
             if self._last_eval is not None:
                 post["heldout"] = f"{self._last_eval:.3f}"
@@ -188,6 +203,51 @@ class RunLogger:
         figures = "  ".join(f"{k.split('/', 1)[1]}={v:.3f}" for k, v in metrics.items() if k.startswith("eval/"))
         self._write(f"[step {step}] held-out: {figures}")
 
+    def samples_due(self, step: int) -> bool:
+        """Whether step ``step``'s samples are logged: every ``log_samples_every`` steps, and the first step's always
+        (a short run's samples.jsonl is never empty, and the first samples show at once whether the model answers
+        in the form the verifier reads)."""
+        every = self._cfg.log_samples_every
+        return bool(every) and (step == 1 or step % every == 0)
+
+    def validation_progress(self, step: int) -> Callable[[int, int], None]:
+        """What shows a validation's progress, called with (samples drawn, samples to draw): a progress bar while
+        ``progress`` is on, else a line at most every 60 s (a validation of a larger model takes minutes)."""
+        import time
+
+        what = "validation before training" if step == 0 else f"validation at step {step}"
+        if self._cfg.progress:
+            from tqdm.auto import tqdm
+
+            bar = None
+
+            def show(done: int, total: int) -> None:
+                nonlocal bar
+                if bar is None:
+                    bar = tqdm(total=total, desc=what, unit="sample", dynamic_ncols=True)
+                bar.update(done - bar.n)
+                if done >= total:
+                    bar.close()
+
+            return show
+        t0 = last = time.perf_counter()
+
+        def line(done: int, total: int) -> None:
+            nonlocal last
+            now = time.perf_counter()
+            if now - last >= 60 and done < total:
+                last = now
+                self._write(f"{what}: {done}/{total} samples in {now - t0:.0f}s")
+
+        return line
+
+    def log_eval_completions(self, step: int, records: list[dict]) -> None:
+        """A validation's per-problem records with their completions (``save_eval_completions``), one file per
+        validation: a resumed run that validates step ``step`` again rewrites the same file."""
+        path = self.output / "eval_completions" / f"step-{step:08d}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        write_atomic(path, "".join(json.dumps({"step": step, **r}) + "\n" for r in records))
+
     def log_samples(self, step: int, problems, records, n: int = 6) -> None:
         seen, rows = set(), []
         for x in records:
@@ -212,10 +272,14 @@ class RunLogger:
             self._samples.write(json.dumps(row) + "\n")
         self._samples.flush()
         self._to_trackers("log_table", step, "samples", SAMPLE_COLUMNS, [[r[c] for c in SAMPLE_COLUMNS] for r in rows])
-        lines = [f"[step {step}] samples:", f"  {'problem':<28} {'ref':>8}  {'reward':>6}  completion"]
+        # the reference column as wide as the longest reference up to 24 characters (a code problem's tests are
+        # longer: cut, marked with "…")
+        width = min(max([3] + [len(_one_line(r["reference"])) for r in rows]), 24)
+        lines = [f"[step {step}] samples:", f"  {'problem':<28} {'ref':>{width}}  {'reward':>6}  completion"]
         for row in rows:
-            comp = row["completion"].replace("\n", "\\n")[:60]
-            lines.append(f"  {row['problem'][:28]:<28} {row['reference'][:8]:>8}  {row['reward']:>6.2f}  {comp}")
+            ref = _cut(_one_line(row["reference"]), width)
+            comp = _cut(_one_line(row["completion"]), 60)
+            lines.append(f"  {_cut(row['problem'], 28):<28} {ref:>{width}}  {row['reward']:>6.2f}  {comp}")
         self._write("\n".join(lines))
 
     def _close_records(self, status: str = "finished") -> None:
@@ -275,3 +339,11 @@ class RunLogger:
             f"outputs in {summary['output']}: config.yaml, metrics.jsonl, eval.jsonl, rounds.jsonl, "
             f"samples.jsonl, summary.json, checkpoints/" + (f"; trackers: {', '.join(names)}" if names else "")
         )
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\n", "\\n")
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -72,8 +72,9 @@ from xrpo.trainer.logging import MechanismTotals
 from xrpo.trainer.preempt import StopSignals, TrainingStopped
 from xrpo.trainer.setup import build_engine, start_run
 from xrpo.trainer.update import NonFiniteLossError, UpdateBatch, old_logprobs, policy_update, sample_logprobs
+from xrpo.trainer.zero_signal import NoLearningSignal, ZeroSignalWatch
 
-__all__ = ["NonFiniteLossError", "StepReport", "TrainingStopped", "train"]
+__all__ = ["NoLearningSignal", "NonFiniteLossError", "StepReport", "TrainingStopped", "train"]
 
 
 @dataclass
@@ -135,10 +136,20 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
 
     def validate(step: int) -> dict:
         t0 = time.perf_counter()
-        vm, _ = sample_and_score(
-            heldout, engine, verifier, renderer, n=cfg.eval_samples, sampling=eval_sampling, ks=cfg.eval_k
+        vm, per_problem = sample_and_score(
+            heldout,
+            engine,
+            verifier,
+            renderer,
+            n=cfg.eval_samples,
+            sampling=eval_sampling,
+            ks=cfg.eval_k,
+            keep_text=cfg.save_eval_completions,
+            progress=logger.validation_progress(step),
         )
         vm["time/validate"] = time.perf_counter() - t0
+        if cfg.save_eval_completions:
+            logger.log_eval_completions(step, per_problem)
         history.append({"step": step, **vm})
         return vm
 
@@ -148,6 +159,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
             "before": state.get("before", {}),
             "eval_history": history,
             "totals": totals.state(),
+            "steps_without_signal": watch.count,
             **logger.checkpoint_state(step),
         }
         save_checkpoint(
@@ -173,6 +185,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
     stop = held.enter_context(StopSignals())  # SIGTERM / SIGINT from here on: this step ends, is checkpointed
     step = start_step
     totals = MechanismTotals(state.get("totals", {}))
+    watch = ZeroSignalWatch(cfg, state.get("steps_without_signal", 0), log=logger.note)
     for step in range(start_step + 1, cfg.steps + 1):
         if cfg.time_limit is not None and time.perf_counter() - t_start > cfg.time_limit:
             log(f"time limit of {cfg.time_limit:.0f}s reached after step {step - 1}")
@@ -225,8 +238,9 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
         if on_step is not None:
             on_step(StepReport(step, problems, plan, old_lp if records else [], metrics, corpus))
         totals.add(metrics)
-        if cfg.log_samples_every and step % cfg.log_samples_every == 0:
+        if logger.samples_due(step):
             logger.log_samples(step, problems, records)
+        watch.observe(step, metrics, records)  # says once that a step had no signal; stops after several in a row
         if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
             logger.log_eval(step, validate(step))
         if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:

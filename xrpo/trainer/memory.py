@@ -7,9 +7,10 @@ The estimate is arithmetic over the model's shape and the config; it is an upper
     optimizer      AdamW's two moments per trained parameter, in its dtype
     reference      a second copy of the weights for the KL term (none with LoRA: adapters disabled instead)
     autocast       mixed precision: autocast's bfloat16 copies of the weights, alive during a forward/backward
-    activations    what autograd keeps of one micro-batch (optim.micro_batch_tokens tokens) through the decoder:
-                   every layer's saved tensors, or with gradient checkpointing each layer's input plus one layer's
-                   saved tensors during its recomputation
+    activations    what autograd keeps of one micro-batch (`largest_micro_batch`: as many of the step's rows as
+                   optim.micro_batch_tokens holds, each as long as the longest prompt plus max_new_tokens) through
+                   the decoder: every layer's saved tensors, or with gradient checkpointing each layer's input plus
+                   one layer's saved tensors during its recomputation
     logits         the output projection's share: every position's logits and the float32 log-softmax of the
                    completion positions (plus their gradients), or one chunk's with optim.logprob_chunk_tokens
     vllm           vLLM's share (GPU: rollout.vllm_gpu_memory_utilization of the device; CPU: its KV cache and a copy
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MemoryEstimate", "estimate_memory", "format_estimate", "model_shape"]
+__all__ = ["MemoryEstimate", "estimate_memory", "format_estimate", "largest_micro_batch", "logits_bytes", "model_shape"]
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024**3
@@ -105,6 +106,17 @@ def layer_saved_bytes_per_token(s: ModelShape, c: int) -> int:
     return norms + attn + mlp
 
 
+def largest_micro_batch(token_budget: int, rows: int, prompt_tokens: int, completion_tokens: int) -> tuple[int, int]:
+    """(tokens, completion tokens) of the largest micro-batch an update makes, what `estimate_memory` takes: rows of at
+    most ``prompt_tokens + completion_tokens`` (a micro-batch pads to its longest row), as many as ``token_budget``
+    holds (at least one: a longer row goes alone, `xrpo.trainer.logprobs.micro_batches`) and no more than the
+    ``rows`` a mini-batch has. A budget larger than the step's rollouts need is not filled: bounding by it alone put
+    SmolLM2-135M's 24-rollout update at 8,192 tokens of 256-token prompts, 2.5 times its size."""
+    row = prompt_tokens + completion_tokens
+    n = max(1, min(rows, token_budget // row))
+    return n * row, n * completion_tokens
+
+
 def estimate_memory(
     s: ModelShape,
     *,
@@ -141,17 +153,7 @@ def estimate_memory(
         activations = tokens * (s.layers * s.hidden * c + per_layer)
     else:
         activations = tokens * s.layers * per_layer
-    comp = min(completion_tokens, tokens)
-    if logprob_chunk_tokens is None:
-        # every position's logits (compute dtype), the completion positions' gathered copy, its float32 upcast and
-        # log-softmax output; the backward holds gradients of the same sizes: counted once more
-        logits = tokens * s.vocab * c + comp * s.vocab * (c + 4 + 4)
-        logits += tokens * s.vocab * c + comp * s.vocab * 4
-    else:
-        # one chunk: its logits (compute dtype), float32 copy and log-softmax output, and their gradients in the
-        # backward's recomputation; the final hidden states of the micro-batch
-        chunk = min(logprob_chunk_tokens, comp)
-        logits = 2 * chunk * s.vocab * (c + 4 + 4) + tokens * s.hidden * c
+    forward, backward = logits_bytes(s, c, tokens, min(completion_tokens, tokens), logprob_chunk_tokens)
     return MemoryEstimate(
         weights=weights,
         gradients=gradients,
@@ -159,9 +161,24 @@ def estimate_memory(
         reference=reference,
         autocast=autocast,
         activations=activations,
-        logits=logits,
+        logits=forward + backward,
         vllm=vllm_bytes,
     )
+
+
+def logits_bytes(s: ModelShape, c: int, tokens: int, comp: int, chunk_tokens: int | None) -> tuple[int, int]:
+    """The output projection's share of a micro-batch of ``tokens`` positions, ``comp`` of them completions, computing
+    in ``c``-byte floats, as `xrpo.trainer.logprobs.completion_logprobs` computes them: (the forward's, the
+    backward's). Upper-bound-minded: the float32 upcast is counted also where it is no copy (float32 compute), which
+    stands for the log-softmax backward's temporaries of that size."""
+    if chunk_tokens is None:
+        # every position's logits (compute dtype), the completion positions' gathered copy, its float32 upcast and
+        # log-softmax output; the backward holds gradients of the same sizes
+        return tokens * s.vocab * c + comp * s.vocab * (c + 4 + 4), tokens * s.vocab * c + comp * s.vocab * 4
+    # one chunk: its logits (compute dtype), float32 copy and log-softmax output, and their gradients in the
+    # backward's recomputation; the final hidden states of the micro-batch
+    chunk = min(chunk_tokens, comp)
+    return chunk * s.vocab * (c + 4 + 4) + tokens * s.hidden * c, chunk * s.vocab * (c + 4 + 4)
 
 
 def format_estimate(e: MemoryEstimate, *, device_bytes: int | None = None) -> str:

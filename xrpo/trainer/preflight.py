@@ -16,11 +16,7 @@ def check_before_loading(cfg: TrainConfig) -> None:
     """Raise FileNotFoundError (a path that does not exist), ValueError (an unknown name) or ImportError (an extra
     that is not installed, with its pip command) for the first problem found."""
     m, d, r = cfg.model, cfg.data, cfg.rollout
-    if m.path != "default":
-        if m.path.startswith("package:"):
-            loading.package_dir(m.path[len("package:") :])
-        else:
-            loading.check_local_path(m.path)
+    loading.check_model_source(m.path, m.gguf_file, cache_dir=m.cache_dir)
     for name, path in (("data.train", d.train if d.train != "default" else None), ("data.heldout", d.heldout)):
         if path and not Path(path).exists():
             raise FileNotFoundError(f"{name} {path} does not exist")

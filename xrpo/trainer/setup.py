@@ -29,14 +29,20 @@ from xrpo.algo.config import (
     section_values,
 )
 from xrpo.algo.losses import get_policy_loss
-from xrpo.data import Problem, load_problems
+from xrpo.data import Problem, load_problems_with_layout
 from xrpo.models import loading
 from xrpo.rewards import get_verifier, raise_reference_errors
 from xrpo.rollout.build import build_engine as build_rollout_engine
 from xrpo.rollout.build import build_renderer
 from xrpo.rollout.records import PlanConfig
 from xrpo.rollout.sources import SourceContext, build_source
-from xrpo.rundir.checkpoints import CheckpointError, find_resume_checkpoint, load_state, refuse_existing_run
+from xrpo.rundir.checkpoints import (
+    CheckpointError,
+    find_resume_checkpoint,
+    load_state,
+    refuse_existing_run,
+    resume_run_dir,
+)
 from xrpo.rundir.lock import RunLock
 from xrpo.trainer.checkpoint import load_training_state
 from xrpo.trainer.config import TrainConfig
@@ -70,8 +76,6 @@ def load_data(cfg: TrainConfig, log=print) -> tuple[list[Problem], list[Problem]
             heldout = _load(d.heldout, d)[: d.n_heldout]
     else:
         train = _load(d.train, d)
-        if not d.heldout:
-            raise ValueError("data.heldout is required when data.train is a file (a held-out split to validate on)")
         heldout = _load(d.heldout, d)[: d.n_heldout]
     if not train:
         raise ValueError(f"data.train {d.train!r} has no problems")
@@ -82,7 +86,22 @@ def load_data(cfg: TrainConfig, log=print) -> tuple[list[Problem], list[Problem]
 
 
 def _load(path: str, d) -> list[Problem]:
-    return load_problems(path, prompt_key=d.prompt_key, answer_key=d.answer_key, id_key=d.id_key)
+    problems, _ = load_problems_with_layout(
+        path, prompt_key=d.prompt_key, answer_key=d.answer_key, id_key=d.id_key, spelling=_spelling
+    )
+    return problems
+
+
+def _spelling(arg: str, value: str | None) -> str:
+    """How a loader's error writes its arguments: as the config fields that set them (``data.answer_key=FIELD``);
+    the format, which no field sets, as the file it takes."""
+    if arg == "fmt":
+        return (
+            "a file of a known format"
+            if value is None
+            else ("a datasets directory" if value == "datasets" else f"a .{value} file")
+        )
+    return f"data.{arg}" if value is None else f"data.{arg}={value}"
 
 
 def _model_source(cfg: TrainConfig) -> dict:
@@ -206,8 +225,9 @@ def make_renderer(cfg: TrainConfig, tokenizer):
     )
 
 
-def check_prompt_lengths(cfg: TrainConfig, tokenizer, renderer, problems: list[Problem]) -> None:
-    """Every prompt, as the engine will receive it, fits ``data.max_prompt_tokens``; the error names the problem."""
+def check_prompt_lengths(cfg: TrainConfig, tokenizer, renderer, problems: list[Problem]) -> int:
+    """Every prompt, as the engine will receive it, fits ``data.max_prompt_tokens``; the error names the problem.
+    Returns the longest prompt's token count."""
     encoded = tokenizer([renderer.render(p) for p in problems], add_special_tokens=False)["input_ids"]
     for p, ids in zip(problems, encoded):
         if len(ids) > cfg.data.max_prompt_tokens:
@@ -215,6 +235,7 @@ def check_prompt_lengths(cfg: TrainConfig, tokenizer, renderer, problems: list[P
                 f"problem {p.id}: prompt has {len(ids)} tokens, more than data.max_prompt_tokens="
                 f"{cfg.data.max_prompt_tokens}"
             )
+    return max((len(ids) for ids in encoded), default=0)
 
 
 def lr_scheduler(optimizer, o, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
@@ -232,11 +253,13 @@ def lr_scheduler(optimizer, o, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
 
 
-def memory_estimate(cfg: TrainConfig, model):
-    """(`xrpo.trainer.memory.MemoryEstimate`, device capacity in bytes or None) of this config with this model."""
+def memory_estimate(cfg: TrainConfig, model, longest_prompt: int | None = None):
+    """(`xrpo.trainer.memory.MemoryEstimate`, device capacity in bytes or None) of this config with this model.
+    ``longest_prompt``: the longest training prompt in tokens (`check_prompt_lengths`; None: data.max_prompt_tokens).
+    """
     from xrpo.trainer import memory
 
-    r, o = cfg.rollout, cfg.optim
+    r, o, m = cfg.rollout, cfg.optim, cfg.method
     device = next(model.parameters()).device
     capacity = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     shape = memory.model_shape(model)
@@ -246,17 +269,20 @@ def memory_estimate(cfg: TrainConfig, model):
             vllm = int(r.vllm_gpu_memory_utilization * capacity)
         else:
             vllm = int(r.vllm_kv_cache_gib * memory.GIB) + shape.n_params * memory.DTYPE_BYTES[cfg.model.dtype]
-    # a full micro-batch: rows as long as a prompt plus a completion, completions max_new_tokens long
-    row = cfg.data.max_prompt_tokens + r.max_new_tokens
-    rows = max(1, o.micro_batch_tokens // row)
+    # the largest micro-batch: completions max_new_tokens long after the longest prompt (ICL prompts, trained on with
+    # icl_train_prompt=icl, fill up to max_prompt_tokens), as many rows as the budget and a mini-batch hold
+    icl_prompts = m.icl and r.icl_train_prompt == "icl"
+    prompt = cfg.data.max_prompt_tokens if longest_prompt is None or icl_prompts else longest_prompt
+    rows = math.ceil(r.rollouts_per_step / o.mini_batches)
+    tokens, completion = memory.largest_micro_batch(o.micro_batch_tokens, rows, prompt, r.max_new_tokens)
     est = memory.estimate_memory(
         shape,
         dtype=cfg.model.dtype,
         param_dtype=param_dtype(cfg),
         lora=cfg.model.lora_rank > 0,
         kl=cfg.method.kl_coef > 0,
-        micro_batch_tokens=min(o.micro_batch_tokens, rows * row),
-        completion_tokens=rows * r.max_new_tokens,
+        micro_batch_tokens=tokens,
+        completion_tokens=completion,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
         logprob_chunk_tokens=o.logprob_chunk_tokens,
         vllm_bytes=vllm,
@@ -274,9 +300,9 @@ def open_run(
     state: dict = {}
     ckpt_path = None
     if resume:
+        output = resume_run_dir(resume)
+        lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))  # a live run: refused first
         ckpt_path = find_resume_checkpoint(resume)
-        output = ckpt_path.parent.parent
-        lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))
         state = load_state(ckpt_path)
         cfg = load_run_config(output / "config.yaml")
         check_before_loading(cfg)
@@ -378,7 +404,8 @@ def start_run(
         ref_model.eval().requires_grad_(False)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     renderer = make_renderer(cfg, tokenizer)
-    check_prompt_lengths(cfg, tokenizer, renderer, train_problems + heldout)
+    longest_prompt = check_prompt_lengths(cfg, tokenizer, renderer, train_problems)
+    check_prompt_lengths(cfg, tokenizer, renderer, heldout)
     corpus = None
     if m.icl:
         corpus = load_corpus(cfg, ckpt_path / "corpus") if ckpt_path is not None else new_corpus(cfg)
@@ -422,7 +449,7 @@ def start_run(
         logprob_chunk_tokens=o.logprob_chunk_tokens,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
     )
-    est, capacity = memory_estimate(cfg, model)
+    est, capacity = memory_estimate(cfg, model, longest_prompt)
     log(format_estimate(est, device_bytes=capacity))
     scheduler = lr_scheduler(optimizer, o, cfg.steps)
     start_step = 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from xrpo.algo.losses import aggregate_loss, kl_penalty
+from xrpo.algo.losses import aggregate_loss, is_advantage_weighted, kl_penalty
 from xrpo.trainer.config import TrainConfig
 from xrpo.trainer.logprobs import all_completion_logprobs, completion_logprobs, micro_batches
 
@@ -159,9 +159,38 @@ def sample_logprobs(policy: Policy, records: list, cfg: TrainConfig) -> list | N
     return sample_lp
 
 
+def zero_gradient(batch: UpdateBatch, cfg: TrainConfig) -> bool:
+    """Whether the step's loss has a gradient of exactly 0, known without computing it: every advantage is 0, the
+    policy loss is advantage-weighted (registered so: every term a multiple of an advantage, as the built-in clipped
+    surrogates are) and there is no KL term. With method.kl_coef > 0 the update always runs: the KL term pulls the
+    policy back wherever it differs from the reference (k1's gradient is the log-probs' own, never 0; k3's is 0 only
+    where the log-probs equal the reference's exactly, which only the forward pass would tell), and AdamW turns even a
+    tiny gradient into a step of about the learning rate."""
+    return (
+        batch.ref_logprobs is None
+        and is_advantage_weighted(cfg.method.policy_loss)
+        and not bool(torch.any(batch.advantages != 0))
+    )
+
+
+def _zero_grads(model: torch.nn.Module) -> None:
+    """Every trained parameter's gradient set to 0, as a backward pass of a loss whose gradient is 0 leaves it (every
+    trained parameter of a causal LM takes part in its forward, so each gets a gradient tensor)."""
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+
+
 def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: int) -> dict:
-    """ppo_epochs x mini_batches optimizer steps; each mini-batch accumulates micro-batches bounded by tokens."""
+    """ppo_epochs x mini_batches optimizer steps; each mini-batch accumulates micro-batches bounded by tokens.
+
+    When the gradient is exactly 0 (`zero_gradient`: every advantage 0, no KL term) the forward and backward passes
+    are left out and each optimizer step gets zero gradients: AdamW's state advances (its step count, the decay of its
+    moments) and weight decay applies exactly as after the full computation, so the parameters and the optimizer's
+    state after the step are the same (tests/trainer/test_update.py); the ratio and clip metrics of the loss, which
+    only the forward pass gives, are then not logged, and ``loss/skipped_zero_advantage`` is."""
     m, o = cfg.method, cfg.optim
+    skip = zero_gradient(batch, cfg)
     model, optimizer, loss_fn, pad_id = policy.model, policy.optimizer, policy.loss_fn, policy.pad_id
     records, adv, old_lp, ref_lp = batch.records, batch.advantages, batch.old_logprobs, batch.ref_logprobs
     n = len(records)
@@ -184,7 +213,9 @@ def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: in
             optimizer.zero_grad(set_to_none=True)
             # with global denominators the micro-batch losses add up to the mini-batch loss exactly
             mb_loss = mb_kl = mb_total = 0.0
-            for micro in micro_batches(lengths, o.micro_batch_tokens):
+            if skip:
+                _zero_grads(model)
+            for micro in [] if skip else micro_batches(lengths, o.micro_batch_tokens):
                 idx = [mb[j] for j in micro]
                 with policy.compute(), checkpointing(model, policy.gradient_checkpointing):
                     lp, mask = completion_logprobs(
@@ -267,6 +298,8 @@ def policy_update(policy: Policy, batch: UpdateBatch, cfg: TrainConfig, step: in
         out["loss/total"] = float(np.mean(step_totals))
     out["loss/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     out["loss/tokens"] = float(sum(len(x.completion_ids) for x in records))
+    if skip:
+        out["loss/skipped_zero_advantage"] = 1.0
     return out
 
 

@@ -226,7 +226,9 @@ def test_docs_and_recipes_use_no_tilde_paths():
 
 
 @pytest.mark.slow  # two `xrpo verl --check` processes, each importing verl
-def test_cli_check_validates_without_starting_anything():
+def test_cli_check_validates_without_starting_anything(tmp_path):
+    for name in ("train.parquet", "val.parquet"):  # only their existence is checked
+        (tmp_path / name).write_bytes(b"")
     cmd = [
         sys.executable,
         "-m",
@@ -235,6 +237,8 @@ def test_cli_check_validates_without_starting_anything():
         "--config",
         str(EXAMPLES / "xrpo_qwen3_1p7b.yaml"),
         "--check",
+        f"data.train_files={tmp_path / 'train.parquet'}",
+        f"data.val_files={tmp_path / 'val.parquet'}",
         "algorithm.xrpo.n_base=3",
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -260,6 +264,46 @@ def test_cli_names_the_key_of_a_setting_verl_refuses(capsys):
     from xrpo.integrations.verl.main import config_error
 
     assert config_error(AssertionError()) == "AssertionError in verl's config check"
+
+
+def test_a_mistyped_key_gets_the_nearest_one(capsys):
+    from xrpo.cli import main
+    from xrpo.integrations.verl.main import config_error, nearest_key
+
+    cfg = compose()
+    assert nearest_key(cfg, "algorithm.xrpo.nbase") == "algorithm.xrpo.n_base"
+    assert nearest_key(cfg, "algoritm.xrpo.n_base") == "algorithm"  # the first missing part is the one replaced
+    assert nearest_key(cfg, "algorithm.xrpo.zzzzzz") is None
+    with pytest.raises(Exception) as e:
+        compose("algorithm.xrpo.nbase=3")
+    assert "did you mean algorithm.xrpo.n_base?" in config_error(e.value, None, ["algorithm.xrpo.nbase=3"])
+    assert main(["verl", "--check", *CPU_VALID, "algorithm.xrpo.nbase=3"]) == 2
+    assert "did you mean algorithm.xrpo.n_base?" in capsys.readouterr().err
+
+
+def test_check_refuses_missing_data_files_and_shows_the_whole_config_on_request(tmp_path, capsys):
+    from xrpo.cli import main
+
+    train, val = tmp_path / "train.parquet", tmp_path / "val.parquet"
+    files = [f"data.train_files={train}", f"data.val_files={val}"]
+    assert main(["verl", "--check", *CPU_VALID, *files]) == 2
+    assert f"data.train_files: {train} does not exist" in capsys.readouterr().err
+    train.write_bytes(b"")
+    val.write_bytes(b"")
+    assert main(["verl", "--check", *CPU_VALID, *files]) == 0
+    out = capsys.readouterr().out
+    assert "xrpo verl: config OK" in out and "add --full" in out and "actor_rollout_ref:" not in out
+    assert main(["verl", "--check", "--full", *CPU_VALID, *files]) == 0
+    out = capsys.readouterr().out
+    assert "actor_rollout_ref:" in out and f"train_files: {train}" in out and "${" not in out  # resolved
+
+
+def test_cpu_mode_needs_the_file_logger_before_it_starts():
+    from xrpo.integrations.verl.cpu import CPU_OVERRIDES, check_cpu_config
+
+    check_cpu_config(compose(*CPU_OVERRIDES))
+    with pytest.raises(ValueError, match=r"trainer.logger=\['console'\] has no 'file'"):
+        check_cpu_config(compose(*CPU_OVERRIDES, "trainer.logger=[console]"))
 
 
 def test_docs_list_every_knob_of_the_block():

@@ -50,6 +50,7 @@ __all__ = [
     "CPU_OVERRIDES",
     "SUPPORTED_VERL",
     "activate",
+    "check_cpu_config",
     "check_verl_version",
     "cpu_environment",
     "is_active",
@@ -109,6 +110,18 @@ def precheck_verl() -> None:
     except importlib.metadata.PackageNotFoundError:
         raise SystemExit("xrpo verl: needs the verl extra (pip install 'xrpo[verl]')") from None
     check_verl_version(version)
+
+
+def check_cpu_config(config) -> None:
+    """What the CPU mode needs of the composed config before anything starts: verl's file logger in
+    ``trainer.logger``, whose records (`metrics_path`) its closing summary line is read from."""
+    loggers = config.trainer.get("logger", None)
+    names = [loggers] if isinstance(loggers, str) else [str(x) for x in (loggers or [])]
+    if "file" not in names:
+        raise ValueError(
+            f"xrpo verl --cpu: trainer.logger={names} has no 'file': the CPU mode reads each step's metrics from "
+            "verl's file logger for its summary; keep it, e.g. trainer.logger=[console,file]"
+        )
 
 
 def cpu_environment() -> dict[str, str]:

@@ -14,6 +14,7 @@ first and run this on the head node) and runs `XRPOTaskRunner` as a Ray actor: i
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from collections.abc import Sequence
@@ -23,7 +24,16 @@ import hydra
 import ray
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["XRPOTaskRunner", "check_config", "load_config", "main", "run"]
+__all__ = [
+    "XRPOTaskRunner",
+    "check_config",
+    "check_data_files",
+    "config_error",
+    "load_config",
+    "main",
+    "nearest_key",
+    "run",
+]
 
 CONFIG_MODULE = "xrpo.integrations.verl.config"
 CONFIG_NAME = "xrpo_trainer"
@@ -48,16 +58,57 @@ def load_config(config_file: str | os.PathLike | None = None, overrides: Sequenc
         return compose(config_name=path.stem, overrides=overrides)
 
 
-def config_error(e: BaseException) -> str:
+def config_error(e: BaseException, config_file: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> str:
     """One line for an error composing or checking a config (hydra, OmegaConf, or verl's own checks, which assert, or
     raise inside hydra's instantiation of verl's config dataclasses): its first line; for an instantiation, the key
-    and the error that hydra wraps."""
+    and the error that hydra wraps. An override of a key the config does not have gets the nearest key there
+    (`nearest_key`; the config is composed again without that override to find it)."""
     lines = str(e).strip().splitlines() or [f"{type(e).__name__} in verl's config check"]
     if lines[0].startswith("Error in call to target") and e.__cause__ is not None:  # hydra's instantiate wrapper
         key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), "")
         what = (str(e.__cause__).strip().splitlines() or [type(e.__cause__).__name__])[0]
         return f"{key}: {what}" if key else what
+    unknown = re.match(r"Could not override '([^']+)'", lines[0])
+    if unknown is not None:
+        key = unknown.group(1)
+        try:
+            config = load_config(config_file, [o for o in overrides if o.split("=", 1)[0].lstrip("~+") != key])
+        except Exception:  # another override is wrong too: that one's error comes next time
+            return lines[0]
+        near = nearest_key(config, key)
+        hint = f" did you mean {near}?" if near else ""
+        return f"{lines[0]} The config has no key {key};{hint} (a new key is added with +{key}=VALUE)"
     return lines[0]
+
+
+def nearest_key(config: DictConfig, key: str) -> str | None:
+    """The key of ``config`` nearest to dotted ``key``, which it lacks: its parts are followed while they exist, and
+    the first missing one is replaced by the closest name at that level (`difflib`); None when none is close."""
+    import difflib
+
+    node, found = config, []
+    for part in key.split("."):
+        names = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+        if part in names:
+            found.append(part)
+            node = node[part]
+            continue
+        close = difflib.get_close_matches(part, names, n=1, cutoff=0.6)
+        return ".".join([*found, close[0]]) if close else None
+    return None
+
+
+def check_data_files(config: DictConfig) -> None:
+    """``data.train_files`` and ``data.val_files`` that name local files exist (a remote one, ``hdfs://``, is verl's
+    to fetch): what `xrpo verl` checks before it starts Ray, and `--check` before it says the config is OK."""
+    for key in ("train_files", "val_files"):
+        value = config.data.get(key, None)
+        for path in [value] if isinstance(value, str) else list(value or []):
+            if "://" not in str(path) and not Path(str(path)).expanduser().exists():
+                raise FileNotFoundError(
+                    f"data.{key}: {path} does not exist (examples/verl/prepare_data.py writes verl's parquet from "
+                    "your problems: docs/verl.md)"
+                )
 
 
 def check_config(config: DictConfig):
@@ -137,6 +188,7 @@ def run(config: DictConfig) -> None:
     from verl.trainer.main_ppo import run_ppo
 
     check_config(config)
+    check_data_files(config)
     run_ppo(config, task_runner_class=XRPOTaskRunner)
 
 
