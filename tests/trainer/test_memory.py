@@ -156,8 +156,16 @@ def test_the_micro_batch_is_what_the_step_can_fill():
 
 
 CHILD = """
-import json, resource, sys
+import json, sys
 import torch
+
+
+def status(field):  # this process's own memory figures (kB in /proc/self/status)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+
 torch.set_num_threads(1)
 # the first forward / backward / AdamW step loads torch's CPU kernels: done on a toy model before the baseline
 toy = torch.nn.Linear(64, 64)
@@ -171,7 +179,11 @@ from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.setup import memory_estimate
 from xrpo.trainer.update import Policy, UpdateBatch, old_logprobs, policy_update
 rows, prompt, completion = 12, 40, 96
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# getrusage's ru_maxrss is kept across exec (a child of a large pytest worker starts at the worker's size): the
+# high-water mark of this process's own memory is reset here instead (clear_refs 5) and read back at the end
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+before = status("VmRSS")
 torch.manual_seed(0)
 model = LlamaForCausalLM(LlamaConfig(hidden_size=128, intermediate_size=352, num_hidden_layers=4,
     num_attention_heads=4, num_key_value_heads=2, vocab_size=16000, tie_word_embeddings=False)).eval()
@@ -190,7 +202,7 @@ adv = torch.tensor([1.0 if i % 2 else -1.0 for i in range(rows)])
 for step in (1, 2):  # the second update holds AdamW's state through its passes: the run's peak
     old, _, _ = old_logprobs(policy, recs, cfg, step)
     policy_update(policy, UpdateBatch(recs, adv, old, None), cfg, step)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+peak = status("VmHWM") - before
 est, _ = memory_estimate(cfg, model, prompt)
 per_token = 4 * memory.layer_saved_bytes_per_token(memory.model_shape(model), 4)  # 4 layers, float32
 print(json.dumps({"peak": peak, "layers": 4, "vocab": 16000, "tokens": est.activations // per_token, **{

@@ -140,8 +140,18 @@ def test_verl_and_xrpo_validation_pass_on_cpu():
         # a cap the planning rounds (32 each over 16 prompts) or knapsack's one batch (128) cannot hold
         (("algorithm.xrpo.max_extra_per_prompt=1",), "max_extra_per_prompt=1 caps 16 prompts at 1 rollouts each"),
         (
-            ("algorithm.xrpo.max_extra_per_prompt=7", "algorithm.xrpo.allocation=knapsack", "algorithm.xrpo.icl=false"),
+            (
+                "algorithm.xrpo.max_extra_per_prompt=7",
+                "algorithm.xrpo.allocation=knapsack",
+                "algorithm.xrpo.knapsack_fallback=leftover",
+                "algorithm.xrpo.icl=false",
+            ),
             "fewer than 128, the step's budget, placed in one batch with allocation=knapsack: give at least 8",
+        ),
+        # the authors' Knapsack RL caps a prompt with its own knob, never with max_extra_per_prompt
+        (
+            ("algorithm.xrpo.max_extra_per_prompt=8", "algorithm.xrpo.allocation=knapsack", "algorithm.xrpo.icl=false"),
+            "max_extra_per_prompt must be null with allocation=knapsack and knapsack_fallback=authors",
         ),
     ],
 )
