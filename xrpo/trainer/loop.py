@@ -78,6 +78,7 @@ from xrpo.algo.config import (
 )
 from xrpo.algo.losses import get_policy_loss
 from xrpo.rewards import get_verifier, raise_reference_errors
+from xrpo.rollout.build import TRAINING_MODEL_ENGINES
 from xrpo.rollout.corpus import update_corpus
 from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.records import PlanConfig, PlanResult
@@ -233,11 +234,11 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
         ),
         m,
     )
-    # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs at
-    # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there).
-    # bfloat16 compute: a KV-cached decode and a full forward differ by bfloat16 rounding (up to ~0.1 per log-prob on
-    # a GPU, docs/benchmarks.md "## GPU"), so "auto" recomputes there
-    auto_reuse = r.engine == "hf" and cfg.model.dtype == "float32"
+    # the hf and hf-cb engines sample with the training model itself, so their temperature-1 log-probs are the old
+    # log-probs at temperature 1; at any other temperature they are not the sampling distribution's (validate refuses
+    # "reuse" there). bfloat16 compute: a KV-cached decode and a full forward differ by bfloat16 rounding (up to ~0.1
+    # per log-prob on a GPU, docs/benchmarks.md "## GPU"), so "auto" recomputes there
+    auto_reuse = r.engine in TRAINING_MODEL_ENGINES and cfg.model.dtype == "float32"
     reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and auto_reuse)) and r.temperature == 1.0
     trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters
     optimizer = torch.optim.AdamW(trained, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
@@ -350,8 +351,8 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
             metrics.update(policy_update(policy, UpdateBatch(records, adv, old_lp, ref_lp), cfg, step))
             scheduler.step()
             metrics["time/update"] = time.perf_counter() - t0
-            # the next step samples from the updated policy: a no-op for the hf engine (it holds this very model),
-            # a weight load for vLLM
+            # the next step samples from the updated policy: a no-op for the hf and hf-cb engines (they hold this
+            # very model), a weight load for vLLM
             engine.sync_weights(model)
         else:
             metrics["loss/skipped_empty_batch"] = 1.0

@@ -128,6 +128,7 @@ def build_engine(cfg: TrainConfig, model, tokenizer):
         dtype=cfg.model.dtype,
         seed=cfg.seed,
         max_batch_size=r.max_batch_size,
+        max_seq_len=cfg.data.max_prompt_tokens + r.max_new_tokens,
         vllm_dtype=r.vllm_dtype,
         gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         kv_cache_gib=r.vllm_kv_cache_gib,
