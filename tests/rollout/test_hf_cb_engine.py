@@ -110,6 +110,29 @@ def test_same_seed_same_rollouts_fresh_engine_too_and_global_rng_untouched(engin
     c = engine.generate(PROMPTS, [2, 2, 2, 2], SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=12, seed=8))
     assert ids(c) != ids(a)
     assert all(rs[0].completion_ids != rs[1].completion_ids for rs in a)  # distinct samples, not copies
+    # the same prompt at two positions of a call: other keys, other samples
+    twice = engine.generate([PROMPTS[0], PROMPTS[0]], [2, 2], params)
+    assert ids(twice)[0] == ids(a)[0] and ids(twice)[1] != ids(twice)[0]
+
+
+def test_each_position_draws_afresh(engine, tiny_model):
+    # a rollout's key is drawn at every position with that position (the noise of step t is not step t-1's): the
+    # tiny random model's next-token distributions barely change between steps, so reused noise would repeat the
+    # previous token far more often than the model's own probability of repeating it says
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=13)
+    out = engine.generate(PROMPTS[:2], [32, 32], params)
+    repeats, expected, variance = 0, 0.0, 0.0
+    for r in (r for rs in out for r in rs):
+        full = torch.tensor([r.prompt_ids + r.completion_ids])
+        with torch.no_grad():
+            probs = torch.softmax(tiny_model(full).logits[0].double(), -1)
+        p = len(r.prompt_ids)
+        for t in range(1, r.num_tokens):
+            q = probs[p - 1 + t, r.completion_ids[t - 1]].item()  # P(y_t = y_{t-1})
+            repeats += r.completion_ids[t] == r.completion_ids[t - 1]
+            expected, variance = expected + q, variance + q * (1 - q)
+    # a sum of independent Bernoullis: within 6 standard deviations of its mean (+1 for its discreteness)
+    assert abs(repeats - expected) < 6 * variance**0.5 + 1, (repeats, expected)
 
 
 def test_unseeded_calls_draw_from_the_global_rng(engine):
@@ -352,22 +375,20 @@ def test_constructor_bad_input_and_models_the_engine_cannot_serve(tiny_tokenizer
             engine_on(tiny_model, tiny_tokenizer, **kwargs)
     with pytest.raises(ValueError, match="has no continuous batching.*rollout.engine=hf"):
         HFCBEngine(torch.nn.Linear(2, 2), tiny_tokenizer)
-    # a sliding window (Mistral's, here of 4 tokens) runs under transformers' continuous batching but computes other
-    # log-probs there than a plain forward pass (0.04-0.08 off on random models, measured): the engine's probe
-    # refuses it, naming the engine to use
-    torch.manual_seed(0)
-    config = transformers.MistralConfig(
-        vocab_size=len(tiny_tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        sliding_window=4,
-        max_position_embeddings=128,
-    )
-    with pytest.raises(ValueError, match="other log-probs than a plain forward pass for MistralForCausalLM.*engine=hf"):
-        engine_on(transformers.MistralForCausalLM(config), tiny_tokenizer)
+
+    # a model that takes its positions from the length of what it is given, not from position_ids, runs under
+    # transformers' continuous batching (which packs the step's requests into one sequence) with wrong positions:
+    # the engine's probe refuses it, naming the engine to use (transformers 5.10's sliding windows failed the same way)
+    class PositionsFromLength(type(tiny_model)):
+        def forward(self, *args, position_ids=None, **kwargs):
+            return super().forward(*args, **kwargs)
+
+    wrong = PositionsFromLength(tiny_model.config)
+    wrong.load_state_dict(tiny_model.state_dict())
+    with pytest.raises(
+        ValueError, match="other log-probs than a plain forward pass for PositionsFromLength.*engine=hf"
+    ):
+        engine_on(wrong.eval(), tiny_tokenizer)
     # BLOOM's attention cannot switch to a paged implementation at all
     bloom = transformers.BloomForCausalLM(
         transformers.BloomConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, n_layer=1, n_head=2)

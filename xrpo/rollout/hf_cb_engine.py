@@ -27,10 +27,11 @@ steps (`ContinuousBatchingManager`). The engine adds what the rollout contract (
   dtype (transformers allocates it in the model's dtype and writes states of one dtype only; `_cache_in`).
 
 Versions: written against transformers 5.10.4 and 5.17.0, whose batch processors differ in how logits reach the
-processor (5.10: one row per query token; 5.17: one row per request that draws a token); the processor tells which
-from the shape it receives. CUDA graphs, torch.compile and asynchronous batching are off (the processor reads Python
-state of the step it is called in). Paged attention on sdpa builds a mask over every cached token of the batch, so its
-cost grows with the batch times the cached tokens: on a GPU, a flash-attention build is what transformers prefers.
+processor (5.10: one row per query token; 5.17: one row per request of the step, those that draw a token first);
+`_logits_per_token` tells which, and the processor refuses a shape it does not expect. CUDA graphs, torch.compile
+and asynchronous batching are off (the processor reads Python state of the step it is called in). Paged attention
+on sdpa builds a mask over every cached token of the batch, so its cost grows with the batch times the cached
+tokens: on a GPU, a flash-attention build is what transformers prefers.
 """
 
 from __future__ import annotations
@@ -107,6 +108,17 @@ class _Group:
         return all(r.rollout is not None for r in self.rows)
 
 
+def _logits_per_token() -> bool:
+    """Whether transformers hands the logits processor one row per query token of the step (5.10; the model runner
+    picks each request's row after sampling, so its `_sample` takes the `logits_indices`) rather than one row per
+    request of the step, the requests that draw a token first, in batch order (5.17: sliced before processing)."""
+    import inspect
+
+    from transformers.generation.continuous_batching.model_runner import ModelRunner
+
+    return "logits_indices" in inspect.signature(ModelRunner._sample).parameters
+
+
 def _sampler_class(base):
     """`_KeyedSampler` over transformers' `ContinuousBatchingLogitsProcessorList` (imported lazily)."""
 
@@ -114,17 +126,17 @@ def _sampler_class(base):
         """The manager's logits processor, replaced: draws each row with its rollout's key (module docstring).
 
         ``prepare_tensor_args`` (called as a step's batch is laid out) records, in batch order, the requests that draw a
-        token this step; ``__call__`` (inside the step's forward) receives the logits either one row per query token
-        (transformers 5.10) or one row per drawing request (5.17), tells which from their number, draws, stores the
+        token this step and where their rows are; ``__call__`` (inside the step's forward) draws them, stores the
         tokens and raw log-probs for the engine, and returns scores whose argmax is the drawn token."""
 
-        def __init__(self, LogitsProcessorList, lookup):
+        def __init__(self, LogitsProcessorList, lookup, per_token: bool):
             super().__init__(LogitsProcessorList())
             self.do_processing = True  # transformers calls a list only when it holds a processor
             self.lookup = lookup  # request id -> (key, position, temperature, top_p)
+            self.per_token = per_token  # `_logits_per_token`
             self.drawn: list[str] = []  # the requests drawing this step, in batch order
-            self._rows_per_token: list[int] = []  # their last query token's index in the step's tokens
-            self._num_tokens = 0
+            self._rows: list[int] = []  # their rows in the logits
+            self._expected_rows = 0
             self.result: tuple[torch.Tensor, torch.Tensor] | None = None
 
         def fill_defaults(self, int32_tensor) -> None:
@@ -135,32 +147,27 @@ def _sampler_class(base):
                 raise ValueError(f"per-request logits-processor arguments are not used here, got {sorted(kwargs)}")
 
         def prepare_tensor_args(self, requests_in_batch, arg_storage):
-            self.drawn, self._rows_per_token, offset = [], [], 0
+            self.drawn, self._rows, offset = [], [], 0
             for future in requests_in_batch:
                 offset += future.query_length
                 if future.has_new_token:
                     self.drawn.append(future.state.request_id)
-                    self._rows_per_token.append(offset - 1)
-            self._num_tokens = offset
+                    self._rows.append(offset - 1 if self.per_token else len(self._rows))
+            self._expected_rows = offset if self.per_token else len(requests_in_batch)
             self.result = None
             return arg_storage
 
         def __call__(self, input_ids, scores, logits_processor_args):
-            n, rows = len(self.drawn), scores.shape[0]
-            if rows == self._num_tokens:
-                index = self._rows_per_token
-            elif rows == n:
-                index = list(range(n))
-            else:
+            if scores.shape[0] != self._expected_rows:
                 raise RuntimeError(
-                    f"transformers passed {rows} logit rows for a step of {self._num_tokens} tokens and {n} drawing "
-                    f"requests; this version's continuous batching is not one the engine knows: {_USE_HF}"
+                    f"transformers passed {scores.shape[0]} logit rows where the engine expected "
+                    f"{self._expected_rows}: this version's continuous batching is not one the engine knows; {_USE_HF}"
                 )
-            if n == 0:
+            if not self.drawn:
                 return scores
             params = [self.lookup(rid) for rid in self.drawn]
             device = scores.device
-            at = torch.tensor(index, dtype=torch.int64, device=device)
+            at = torch.tensor(self._rows, dtype=torch.int64, device=device)
             tokens, logprobs = keyed_sample(
                 scores.index_select(0, at),
                 torch.tensor([p[0] for p in params], dtype=torch.int64, device=device),
@@ -194,6 +201,10 @@ class HFCBEngine:
         add_special_tokens: passed to the tokenizer when encoding prompts.
         autocast_dtype: None, or the dtype the engine computes in under `torch.autocast` (mixed precision), as
             `HFEngine` takes it.
+
+    Attributes: ``attention`` (the paged attention implementation transformers chose, e.g. "paged|sdpa"),
+    ``steps`` (engine steps so far: one forward pass each), ``token_counts`` ("prefill": prompt tokens submitted,
+    "decode": generated tokens fed back).
     """
 
     def __init__(
@@ -247,8 +258,10 @@ class HFCBEngine:
         cb_config = ContinuousBatchingConfig(
             block_size=block_size,
             num_blocks=blocks,
-            # a step holds every decoding row plus room for admitted prompts' prefill
-            max_batch_tokens=max(2 * max_batch_size, 256),
+            # a step holds every decoding row and the prefill of ~15 admitted prompts of ~max_batch_size tokens (a
+            # step whose prefill does not fit is split over several); transformers' attention mask on sdpa is this
+            # many rows by the cache's tokens
+            max_batch_tokens=min(max(16 * max_batch_size, 256), 8192),
             allow_block_sharing=False,
             use_cuda_graph=False,
             use_async_batching=False,
@@ -265,10 +278,10 @@ class HFCBEngine:
             self._manager = lm.init_continuous_batching(
                 generation_config=gen_config, continuous_batching_config=cb_config
             )
-            self._paged_impl = lm.config._attn_implementation
-            if not self._paged_impl.startswith("paged|"):
-                raise ValueError(f"its attention stays {self._paged_impl!r}: it cannot switch to a paged one")
-            self._sampler = _sampler_class(ListBase)(LogitsProcessorList, self._lookup)
+            self.attention = lm.config._attn_implementation
+            if not self.attention.startswith("paged|"):
+                raise ValueError(f"its attention stays {self.attention!r}: it cannot switch to a paged one")
+            self._sampler = _sampler_class(ListBase)(LogitsProcessorList, self._lookup, _logits_per_token())
             self._manager.logit_processor = self._sampler
             with self._running():
                 self._manager.warmup()  # creates the batch processor and its cache (no CUDA graph to capture)
@@ -493,7 +506,7 @@ class HFCBEngine:
         lm = self.lm
         training = lm.training
         lm.eval()
-        lm.set_attn_implementation(self._paged_impl)
+        lm.set_attn_implementation(self.attention)
         autocast = (
             torch.autocast(self.device.type, dtype=self.autocast_dtype)
             if self.autocast_dtype is not None
@@ -527,8 +540,9 @@ class HFCBEngine:
         """Refuse a model that transformers' continuous batching runs but computes differently: two sampled probe
         requests (12 and 5 prompt tokens, 16 new ones, in one batch) whose log-probs must equal a plain forward pass
         of the same tokens, in eval mode, in the parameters' dtype and without autocast. A model that transformers'
-        continuous batching runs differently (a sliding window: Mistral's was measured 0.04-0.08 off on random
-        models) fails here, named, rather than train on wrong log-probs. Bounds: 1e-3 for float32 parameters (the
+        continuous batching runs differently (one that takes positions from its input's length; under transformers
+        5.10, a sliding window: Mistral's was measured 0.04-0.08 off on random models, not under 5.17) fails here,
+        named, rather than train on wrong log-probs. Bounds: 1e-3 for float32 parameters (the
         tiny models' envelope is 1e-5, CONTRIBUTING "Tolerances"; room for larger models' longer sums), 0.25 for
         16-bit ones (their unit roundoff 2**-8 on logits of size up to ~30): a guard against broken attention, not
         a proof of parity."""
