@@ -44,6 +44,7 @@ __all__ = [
     "SamplingParams",
     "Rollout",
     "BatchStream",
+    "GeneratesFromIds",
     "RolloutEngine",
     "StreamingEngine",
     "TokenPromptEngine",
@@ -248,6 +249,30 @@ class BatchStream:
 
     def sync_weights(self, model) -> None:
         self.engine.sync_weights(model)
+
+
+class GeneratesFromIds:
+    """`generate` and `generate_ids` of an engine that generates from token ids (`TokenPromptEngine`): both check
+    their arguments and call the engine's ``_generate(prompt_ids, counts, params, what)``, ``what`` ("prompts" or
+    "prompt_ids") naming the argument in its errors. The engine has a ``tokenizer`` and may set
+    ``add_special_tokens`` (how prompts are encoded) and ``vocab_size`` (None: prompt ids are not checked against
+    it)."""
+
+    add_special_tokens: bool = False
+    vocab_size: int | None = None
+
+    def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
+        """Sample `counts[i]` completions of `prompts[i]`; see `xrpo.rollout.engine` for the conventions."""
+        prompts, counts = validate_generate_args(prompts, counts, params)
+        prompt_ids = encode_prompts(self.tokenizer, prompts, counts, add_special_tokens=self.add_special_tokens)
+        return self._generate(prompt_ids, counts, params, "prompts")
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams
+    ) -> list[list[Rollout]]:
+        """As `generate`, with token-id prompts (see `TokenPromptEngine`)."""
+        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params, self.vocab_size)
+        return self._generate(prompt_ids, counts, params, "prompt_ids")
 
 
 def validate_submit_args(key: Hashable, n, index, in_flight) -> None:

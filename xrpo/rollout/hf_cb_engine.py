@@ -45,6 +45,7 @@ from collections.abc import Hashable, Iterator, Sequence
 import torch
 
 from xrpo.rollout.engine import (
+    GeneratesFromIds,
     Rollout,
     SamplingParams,
     cut_at_stop,
@@ -52,7 +53,6 @@ from xrpo.rollout.engine import (
     find_stop,
     resolve_eos_token_ids,
     validate_generate_args,
-    validate_generate_ids_args,
     validate_submit_args,
 )
 from xrpo.rollout.keyed_sampling import keyed_sample, request_key
@@ -184,7 +184,7 @@ def _sampler_class(base):
     return _KeyedSampler
 
 
-class HFCBEngine:
+class HFCBEngine(GeneratesFromIds):
     """A `StreamingEngine` (and `TokenPromptEngine`) over transformers' continuous batching; see the module docstring.
 
     Args:
@@ -300,19 +300,7 @@ class HFCBEngine:
             self._cache_in(autocast_dtype)
 
     # ------------------------------------------------------------------------------------------------------------
-    def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
-        """Sample `counts[i]` completions of `prompts[i]`; see `xrpo.rollout.engine` for the conventions."""
-        prompts, counts = validate_generate_args(prompts, counts, params)
-        prompt_ids = encode_prompts(self.tokenizer, prompts, counts, add_special_tokens=self.add_special_tokens)
-        return self._generate(prompt_ids, counts, params, "prompts")
-
-    def generate_ids(
-        self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams
-    ) -> list[list[Rollout]]:
-        """As `generate`, with token-id prompts (see `xrpo.rollout.engine.TokenPromptEngine`)."""
-        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params, self.vocab_size)
-        return self._generate(prompt_ids, counts, params, "prompt_ids")
-
+    # generate / generate_ids: `GeneratesFromIds`, which calls `_generate`
     def _generate(self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams, what: str):
         if self._groups:
             raise RuntimeError(f"{len(self._groups)} streamed requests are in flight; wait() for them first")
