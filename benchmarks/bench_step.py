@@ -125,8 +125,9 @@ def bench_tokens(kind: str, rows_list: list[int], repeats: int, config: str | No
     from xrpo.trainer.setup import load_data, load_model, make_renderer
 
     cfg = build_config(config, ["data.n_heldout=8", *extra])
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads = cfg.threads or (1 if cfg.model.path == "default" else None)  # as `xrpo train` sets them
+    if threads:
+        torch.set_num_threads(threads)
     train_problems, _ = load_data(cfg, log=lambda *_: None)
     model, tok, _ = load_model(cfg, log=lambda *_: None)
     renderer = make_renderer(cfg, tok)
