@@ -26,12 +26,15 @@ steps (`ContinuousBatchingManager`). The engine adds what the rollout contract (
 - **Mixed precision**: with ``autocast_dtype`` the engine steps under `torch.autocast` and keeps the KV cache in that
   dtype (transformers allocates it in the model's dtype and writes states of one dtype only; `_cache_in`).
 
+- **Attention**: a model on sdpa (transformers' default) attends through `xrpo.rollout.paged_attention` (each
+  request to its own keys), not transformers' `paged|sdpa`, whose cost and mask grow with the batch times the
+  batch's cached tokens; a model loaded with flash attention keeps transformers' paged flash path, one on eager
+  transformers' `paged|eager`. ``attention`` names the one in use.
+
 Versions: written against transformers 5.10.4 and 5.17.0, whose batch processors differ in how logits reach the
 processor (5.10: one row per query token; 5.17: one row per request of the step, those that draw a token first);
 `_logits_per_token` tells which, and the processor refuses a shape it does not expect. CUDA graphs, torch.compile
-and asynchronous batching are off (the processor reads Python state of the step it is called in). Paged attention
-on sdpa builds a mask over every cached token of the batch, so its cost grows with the batch times the cached
-tokens: on a GPU, a flash-attention build is what transformers prefers.
+and asynchronous batching are off (the processor reads Python state of the step it is called in).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from collections.abc import Hashable, Iterator, Sequence
 
 import torch
 
+from xrpo.rollout import paged_attention
 from xrpo.rollout.engine import (
     GeneratesFromIds,
     Rollout,
@@ -275,6 +279,9 @@ class HFCBEngine(GeneratesFromIds):
         impl, training = lm.config._attn_implementation, lm.training
         self._attn_impl = impl
         try:
+            if impl == "sdpa":  # transformers' paged sdpa would mask the whole batch: `xrpo.rollout.paged_attention`
+                paged_attention.register()
+                lm.set_attn_implementation(paged_attention.ATTENTION)
             self._manager = lm.init_continuous_batching(
                 generation_config=gen_config, continuous_batching_config=cb_config
             )
