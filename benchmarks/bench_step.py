@@ -30,6 +30,7 @@ import os
 import platform
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -90,18 +91,22 @@ def run_block(arm: str, steps: int, seed: int, out: Path, config: str | None, ex
     return metrics
 
 
-ENGINE_STEPS = [0]  # vLLM's engine steps so far (counted by `counting_build_engine`)
-COUNTING: list = []  # engines that count their own steps (HFCBEngine.steps)
+ENGINE_STEPS = [0]  # engine steps so far (counted by `counting_build_engine`)
+COUNTING = [None, 0]  # a weak reference to the engine that counts its own steps (HFCBEngine.steps), and those seen
 
 
 def engine_steps() -> int:
-    return ENGINE_STEPS[0] + sum(e.steps for e in COUNTING)
+    engine = COUNTING[0]() if COUNTING[0] is not None else None
+    if engine is not None:
+        ENGINE_STEPS[0] += engine.steps - COUNTING[1]
+        COUNTING[1] = engine.steps
+    return ENGINE_STEPS[0]
 
 
 def counting_build_engine(cfg, model, tokenizer):
     """The trainer's engine (`xrpo.trainer.setup.build_engine`), with its engine steps counted (vLLM's engine loop,
-    or the hf-cb engine's forward passes, which it counts itself) to compare with the engine-step latency model; given
-    to `train` as its ``engine_factory``."""
+    or the hf-cb engine's forward passes, which it counts itself; held weakly, so that a block's engine and its cache
+    go with its run) to compare with the engine-step latency model; given to `train` as its ``engine_factory``."""
     engine = build_engine(cfg, model, tokenizer)
     if hasattr(engine, "llm"):
         core, step = engine.llm.llm_engine, engine.llm.llm_engine.step
@@ -112,7 +117,8 @@ def counting_build_engine(cfg, model, tokenizer):
 
         core.step = counted
     elif hasattr(engine, "steps"):
-        COUNTING.append(engine)
+        engine_steps()  # what the previous engine counted
+        COUNTING[:] = [weakref.ref(engine), engine.steps]
     return engine
 
 
