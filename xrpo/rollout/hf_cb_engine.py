@@ -409,6 +409,7 @@ class HFCBEngine(GeneratesFromIds):
             if not processor.has_pending_requests():
                 raise RuntimeError(f"transformers has no request to run, but {len(self._rows)} are in flight")
             return  # the step evicted a request to make room (transformers 5.10); it is scheduled again later
+        paged_attention.begin_step()
         self._manager._generation_step()
         processor.update_batch()
         self.steps += 1

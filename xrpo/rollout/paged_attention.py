@@ -22,7 +22,7 @@ import functools
 
 import torch
 
-__all__ = ["ATTENTION", "register", "varlen_attention", "paged_sdpa_forward"]
+__all__ = ["ATTENTION", "begin_step", "register", "varlen_attention", "paged_sdpa_forward"]
 
 ATTENTION = "paged|xrpo_sdpa"
 """The name `HFCBEngine` gives this attention (transformers' `AttentionInterface`)."""
@@ -67,10 +67,12 @@ def _layout(cu_q: tuple[int, ...], cu_k: tuple[int, ...], window: int | None, de
     """The padded layout of a step's requests (the same for every layer of a step: cached): the packed rows of each
     request's queries and keys, (B, Q) and (B, K) (padding: row 0), which query slots are real, and the mask
     (B, 1, Q, K) of the keys each query attends to."""
-    lq = torch.tensor([b - a for a, b in zip(cu_q, cu_q[1:])], device=device)[:, None]  # (B, 1)
-    lk = torch.tensor([b - a for a, b in zip(cu_k, cu_k[1:])], device=device)[:, None]
-    i = torch.arange(int(lq.max()), device=device)  # query offset within its request
-    j = torch.arange(int(lk.max()), device=device)  # key offset within its request
+    lq_list = [b - a for a, b in zip(cu_q, cu_q[1:])]
+    lk_list = [b - a for a, b in zip(cu_k, cu_k[1:])]
+    lq = torch.tensor(lq_list, device=device)[:, None]  # (B, 1)
+    lk = torch.tensor(lk_list, device=device)[:, None]
+    i = torch.arange(max(lq_list), device=device)  # query offset within its request
+    j = torch.arange(max(lk_list), device=device)  # key offset within its request
     q_valid, k_valid = i < lq, j < lk  # (B, Q), (B, K)
     q_rows = torch.where(q_valid, torch.tensor(cu_q[:-1], device=device)[:, None] + i, 0)
     k_rows = torch.where(k_valid, torch.tensor(cu_k[:-1], device=device)[:, None] + j, 0)
@@ -80,6 +82,23 @@ def _layout(cu_q: tuple[int, ...], cu_k: tuple[int, ...], window: int | None, de
         allowed = allowed & (j > at - window)
     allowed = allowed | (~q_valid[:, :, None] & (j == 0))  # padding queries see one key: no NaN rows
     return q_rows, k_rows, q_valid, allowed[:, None]
+
+
+_LENGTHS: dict = {}  # this step's cumulative lengths as lists, by tensor (`begin_step` clears it)
+
+
+def begin_step() -> None:
+    """Forget the last step's lengths: the engine calls this before each step's forward pass."""
+    _LENGTHS.clear()
+
+
+def _as_list(cu: torch.Tensor, n: int) -> list[int]:
+    """``cu[:n]`` as a list, read from the device once per step (the same for every layer of the step)."""
+    key = (cu.data_ptr(), n)
+    got = _LENGTHS.get(key)
+    if got is None:
+        got = _LENGTHS[key] = cu[:n].tolist()
+    return got
 
 
 def paged_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -99,9 +118,9 @@ def paged_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, s
     cu_k = kwargs["cu_seq_lens_k"]
     if isinstance(cu_k, dict):
         cu_k = cu_k["sliding_attention" if window else "full_attention"]
-    cu_q = kwargs["cu_seq_lens_q"].tolist()
+    cu_q = _as_list(kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_q"].shape[0])
     out = varlen_attention(
-        query[0].transpose(0, 1), key, value, cu_q, cu_k[: len(cu_q)].tolist(), scaling=scaling, window=window
+        query[0].transpose(0, 1), key, value, cu_q, _as_list(cu_k, len(cu_q)), scaling=scaling, window=window
     )
     return out.unsqueeze(0), None
 
