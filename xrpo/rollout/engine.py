@@ -55,6 +55,7 @@ __all__ = [
     "validate_generate_ids_args",
     "find_stop",
     "cut_at_stop",
+    "finish_rollout",
     "resolve_eos_token_ids",
 ]
 
@@ -367,6 +368,31 @@ def resolve_eos_token_ids(given: Sequence[int] | None, sources: Sequence, owner:
     if not ids:
         raise ValueError("eos_token_ids: expected at least one token id")
     return ids
+
+
+def finish_rollout(
+    prompt_ids: Sequence[int],
+    ids: Sequence[int],
+    logprobs: Sequence[float],
+    reason: FinishReason,
+    params: SamplingParams,
+    decode: Callable[[Sequence[int]], str],
+) -> Rollout:
+    """The `Rollout` of a completion that ended for ``reason`` ("eos" or "length", as the engine saw it), cut at its
+    first stop string (finish_reason "stop"). A completion that ended early with neither EOS nor a stop string in its
+    decoding is "stop" too: the engine stopped it at a stop string its full decoding no longer shows."""
+    text = None
+    cut = cut_at_stop(ids, params.stop, decode) if params.stop else None
+    if cut is not None:
+        k, text = cut
+        ids, logprobs, reason = ids[:k], logprobs[:k], "stop"
+    elif reason == "length" and len(ids) < params.max_new_tokens:
+        reason = "stop"
+    if text is None:
+        text = decode(ids)
+    return Rollout(
+        prompt_ids=list(prompt_ids), completion_ids=list(ids), logprobs=list(logprobs), finish_reason=reason, text=text
+    )
 
 
 def find_stop(text: str, stop: Sequence[str]) -> int | None:

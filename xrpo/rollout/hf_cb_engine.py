@@ -52,9 +52,9 @@ from xrpo.rollout.engine import (
     GeneratesFromIds,
     Rollout,
     SamplingParams,
-    cut_at_stop,
     encode_prompts,
     find_stop,
+    finish_rollout,
     resolve_eos_token_ids,
     validate_generate_args,
     validate_submit_args,
@@ -464,24 +464,9 @@ class HFCBEngine(GeneratesFromIds):
                 return out
 
     def _rollout(self, row: _Row) -> Rollout:
-        ids, lps, params = row.tokens, row.logprobs, row.group.params
+        ids = row.tokens
         reason = "eos" if ids and ids[-1] in self.eos_token_ids else "length"
-        text = None
-        cut = cut_at_stop(ids, params.stop, self._decode) if params.stop else None
-        if cut is not None:
-            k, text = cut
-            ids, lps, reason = ids[:k], lps[:k], "stop"
-        elif reason == "length" and len(ids) < params.max_new_tokens:
-            reason = "stop"  # cancelled at a stop string that the full decoding no longer shows
-        if text is None:
-            text = self._decode(ids)
-        return Rollout(
-            prompt_ids=list(row.group.prompt_ids),
-            completion_ids=list(ids),
-            logprobs=list(lps),
-            finish_reason=reason,
-            text=text,
-        )
+        return finish_rollout(row.group.prompt_ids, ids, row.logprobs, reason, row.group.params, self._decode)
 
     def _abort(self) -> None:
         """Cancel everything in flight (a call raised): the engine is usable again."""

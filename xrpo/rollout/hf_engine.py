@@ -39,8 +39,8 @@ from xrpo.rollout.engine import (
     GeneratesFromIds,
     Rollout,
     SamplingParams,
-    cut_at_stop,
     find_stop,
+    finish_rollout,
     resolve_eos_token_ids,
 )
 
@@ -322,24 +322,9 @@ class HFEngine(GeneratesFromIds):
             eos_at = next((k for k, tok in enumerate(ids) if tok in eos), None)
             if eos_at is not None:
                 ids, lps, reason = ids[: eos_at + 1], lps[: eos_at + 1], "eos"
-            text = None
-            cut = cut_at_stop(ids, params.stop, self._decode) if params.stop else None
-            if cut is not None:
-                k, text = cut
-                ids, lps, reason = ids[:k], lps[:k], "stop"
-            elif reason == "length" and len(ids) < params.max_new_tokens:
-                reason = "stop"  # stopped by the criteria although the full decoding hides the stop string
-            if text is None:
-                text = self._decode(ids)
-            rollouts.append(
-                Rollout(
-                    prompt_ids=list(prompt_ids[b]),
-                    completion_ids=ids,
-                    logprobs=lps,
-                    finish_reason=reason,
-                    text=text,
-                )
-            )
+            # a row the criteria stopped early at a stop string ends "stop" (finish_rollout)
+            rollouts.append(finish_rollout(prompt_ids[b], ids, lps, reason, params, self._decode))
+            ids = rollouts[-1].completion_ids
             from_cache = len(prompt_ids[b]) - 1 if cache is not None else 0  # all of a continued row but its last
             self.token_counts["prefill"] += len(prompt_ids[b]) - from_cache
             self.token_counts["cached"] += from_cache
