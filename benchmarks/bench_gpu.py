@@ -102,6 +102,7 @@ def bench_generation(shape, device, rows, new_tokens, engine="hf"):
     engine.generate_ids(prompts[:2], [1, 1], SamplingParams(max_new_tokens=4, seed=0))  # warm-up
     reset_peak(device)
     sync(device)
+    steps0 = getattr(engine, "steps", 0)
     t0 = time.perf_counter()
     out = engine.generate_ids(prompts, [1] * rows, params)
     sync(device)
@@ -110,7 +111,7 @@ def bench_generation(shape, device, rows, new_tokens, engine="hf"):
     res = {"engine": kind, "rows": rows, "tokens": n, "seconds": dt, "tokens_per_s": n / dt}
     res["peak_gib"] = _gib(peak(device))
     if kind == "hf-cb":
-        res["engine_steps"] = engine.steps
+        res["engine_steps"] = engine.steps - steps0
         res["attention"] = engine.attention
     del engine, model
     return res

@@ -105,8 +105,9 @@ def paged_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, s
     """transformers' attention-function signature, called by each attention layer inside a continuous-batching step:
     ``query`` (1, heads, total_q, dim) and ``key`` / ``value`` (1, kv_heads, total_q, dim) of the step's new tokens,
     ``kwargs`` the step's paged-cache arguments (``cache``, ``read_index``, ``write_index``, ``cu_seq_lens_q``,
-    ``cu_seq_lens_k``, a dict by layer type when the model has several). The new keys go into the cache, the
-    requests' keys come back packed, and `varlen_attention` does the rest; returns ((1, total_q, heads, dim), None)."""
+    ``cu_seq_lens_k``, a dict by layer type when the model has several) and the layer's ``sliding_window``. The new
+    keys go into the cache, the requests' keys come back packed, and `varlen_attention` does the rest; returns
+    ((1, total_q, heads, dim), None)."""
     key, value = kwargs["cache"].update(
         key_states=key,
         value_states=value,
@@ -114,10 +115,11 @@ def paged_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, s
         read_index=kwargs["read_index"],
         write_index=kwargs["write_index"],
     )
-    window = getattr(module, "sliding_window", None) or None
+    # models pass their window with the call (Mistral, Qwen2, Gemma 2); some keep it on the module
+    window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None) or None
     cu_k = kwargs["cu_seq_lens_k"]
     if isinstance(cu_k, dict):
-        cu_k = cu_k["sliding_attention" if window else "full_attention"]
+        cu_k = cu_k["sliding_attention" if window and "sliding_attention" in cu_k else "full_attention"]
     cu_q = _as_list(kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_q"].shape[0])
     out = varlen_attention(
         query[0].transpose(0, 1), key, value, cu_q, _as_list(cu_k, len(cu_q)), scaling=scaling, window=window
