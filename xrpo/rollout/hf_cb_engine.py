@@ -25,7 +25,6 @@ steps (`ContinuousBatchingManager`). The engine adds what the rollout contract (
   weight updates. Prefix sharing between requests is off: its cached blocks would outlive a weight update.
 - **Mixed precision**: with ``autocast_dtype`` the engine steps under `torch.autocast` and keeps the KV cache in that
   dtype (transformers allocates it in the model's dtype and writes states of one dtype only; `_cache_in`).
-
 - **Attention**: a model on sdpa (transformers' default) attends through `xrpo.rollout.paged_attention` (each
   request to its own keys), not transformers' `paged|sdpa`, whose cost and mask grow with the batch times the
   batch's cached tokens; a model loaded with flash attention keeps transformers' paged flash path, one on eager
@@ -206,7 +205,7 @@ class HFCBEngine(GeneratesFromIds):
         autocast_dtype: None, or the dtype the engine computes in under `torch.autocast` (mixed precision), as
             `HFEngine` takes it.
 
-    Attributes: ``attention`` (the paged attention implementation transformers chose, e.g. "paged|sdpa"),
+    Attributes: ``attention`` (the paged attention implementation in use, e.g. "paged|xrpo_sdpa"),
     ``steps`` (engine steps so far: one forward pass each), ``token_counts`` ("prefill": prompt tokens submitted,
     "decode": generated tokens fed back).
     """
@@ -263,7 +262,7 @@ class HFCBEngine(GeneratesFromIds):
             block_size=block_size,
             num_blocks=blocks,
             # a step holds every decoding row and the prefill of ~15 admitted prompts of ~max_batch_size tokens (a
-            # step whose prefill does not fit is split over several); transformers' attention mask on sdpa is this
+            # step whose prefill does not fit is split over several); on eager, transformers' attention mask is this
             # many rows by the cache's tokens
             max_batch_tokens=min(max(16 * max_batch_size, 256), 8192),
             allow_block_sharing=False,
