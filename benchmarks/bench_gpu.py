@@ -198,7 +198,7 @@ def bench_steps(
     """The arms (bench_step.py's: grpo, xrpo, xrpo-streaming; ARM@ENGINE on another engine than ``engine``) one
     after the other at one budget. `res` is filled arm by arm (and `save` called after each), and every step's times
     are printed as it ends, so a run stopped by its time limit keeps what it measured."""
-    from bench_step import ARMS
+    from bench_step import arm_overrides
 
     from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.loop import train
@@ -214,11 +214,10 @@ def bench_steps(
     (tmp / "held.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
     res = {} if res is None else res
     for method in arms:
-        arm, _, arm_engine = method.partition("@")
+        arm_engine = method.partition("@")[2] or engine
         times = []
         ov = [
-            *ARMS[arm],
-            f"rollout.engine={arm_engine or engine}",
+            *arm_overrides(method, engine),
             f"output={tmp / method}",
             f"steps={steps}",
             f"model.path={model_dir}",
@@ -255,7 +254,7 @@ def bench_steps(
         train(build_config(None, ov), log=lambda *_: None, on_step=on_step)
         later = times[1:] or times  # the first step compiles kernels and allocates the optimiser's state
         res[method] = {
-            "engine": arm_engine or engine,
+            "engine": arm_engine,
             "step_s": sorted(m["time/step"] for m in later)[len(later) // 2],
             "generate_s": sorted(m.get("time/generate", 0.0) for m in later)[len(later) // 2],
             "update_s": sorted(m["time/update"] for m in later)[len(later) // 2],

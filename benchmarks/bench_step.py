@@ -10,6 +10,8 @@ an engine that streams: ``--engine hf-cb`` or ``--engine vllm``). Each block run
 (``--arms grpo xrpo-streaming``: g, s, g, s, ...); an arm's ratio to grpo is also taken block by block (the median of
 its steps over grpo's in the same block), whose spread over blocks is the run-to-run noise.
 
+An arm NAME@ENGINE runs on another engine than ``--engine`` (``--arms grpo grpo@hf``: GRPO on both, interleaved).
+
 ``--gen-rows`` first measures generation alone: tokens/s of ``--engine`` against the hf engine (transformers
 ``generate``) on the same model and prompts, one call of R rollouts per measurement for each R, the two engines
 alternating call by call.
@@ -61,9 +63,19 @@ QUALITY = [
 STEPS = ["engine/steps", "model/engine_steps", "model/engine_steps_rounds"]
 
 
-def run_block(arm: str, steps: int, seed: int, out: Path, config: str | None, extra: list[str]) -> list[dict]:
+def arm_overrides(arm: str, engine: str) -> list[str]:
+    """An arm's config overrides, to come after every other: ``NAME`` (`ARMS`) on ``engine``, or ``NAME@ENGINE`` on
+    ENGINE."""
+    name, _, own = arm.partition("@")
+    if name not in ARMS or (own and own not in ENGINES):
+        raise SystemExit(f"--arms: unknown arm {arm!r}; arms are {', '.join(ARMS)}, optionally @{'|@'.join(ENGINES)}")
+    return [*ARMS[name], f"rollout.engine={own or engine}"]
+
+
+def run_block(
+    arm: str, steps: int, seed: int, out: Path, config: str | None, extra: list[str], engine: str
+) -> list[dict]:
     overrides = [
-        *ARMS[arm],
         f"steps={steps}",
         f"seed={seed}",
         f"output={out}",
@@ -77,7 +89,7 @@ def run_block(arm: str, steps: int, seed: int, out: Path, config: str | None, ex
     ]
     if config is None:
         overrides.append("data.n_heldout=8")
-    cfg = build_config(config, overrides + extra)
+    cfg = build_config(config, overrides + extra + arm_overrides(arm, engine))
     rows: list[dict] = []
     train(
         cfg,
@@ -198,7 +210,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--engine", choices=list(ENGINES), default="hf")
-    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=["xrpo", "grpo"])
+    ap.add_argument("--arms", nargs="+", default=["xrpo", "grpo"], help=f"{', '.join(ARMS)}; NAME@ENGINE on another")
     ap.add_argument("--config", help="a training config (YAML) to start from instead of the defaults")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, every arm")
     ap.add_argument("--gen-rows", nargs="*", type=int, default=[], help="rollouts per call of the tokens/s runs")
@@ -206,7 +218,7 @@ def main() -> None:
     args = ap.parse_args()
     if "grpo" not in args.arms:
         args.arms.append("grpo")
-    extra = [f"rollout.engine={args.engine}", *args.set]
+    extra = list(args.set)
     if args.engine == "vllm" and not any(s.startswith("rollout.vllm_kv_cache_gib") for s in extra):
         extra.append("rollout.vllm_kv_cache_gib=0.5")
     tokens = bench_tokens(args.engine, args.gen_rows, args.gen_repeats, args.config, extra) if args.gen_rows else []
@@ -215,7 +227,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for b in range(args.blocks):
             for arm in args.arms:
-                got = run_block(arm, args.steps, b, Path(tmp) / f"{arm}-{b}", args.config, extra)
+                got = run_block(arm, args.steps, b, Path(tmp) / f"{arm}-{b}", args.config, extra, args.engine)
                 rows[arm].extend(got[1:])  # the first step of a block pays one-off warm-up costs
                 per_block[arm].append(float(np.median([r["time/step"] for r in got[1:] or got])))
     med = {
