@@ -105,6 +105,7 @@ def run_block(
 
 ENGINE_STEPS = [0]  # engine steps so far (counted by `counting_build_engine`)
 COUNTING = [None, 0]  # a weak reference to the engine that counts its own steps (HFCBEngine.steps), and those seen
+COUNTING_NOW = [False]  # whether the engine last built counts its steps
 
 
 def engine_steps() -> int:
@@ -120,6 +121,7 @@ def counting_build_engine(cfg, model, tokenizer):
     or the hf-cb engine's forward passes, which it counts itself; held weakly, so that a block's engine and its cache
     go with its run) to compare with the engine-step latency model; given to `train` as its ``engine_factory``."""
     engine = build_engine(cfg, model, tokenizer)
+    COUNTING_NOW[0] = hasattr(engine, "llm") or hasattr(engine, "steps")
     if hasattr(engine, "llm"):
         core, step = engine.llm.llm_engine, engine.llm.llm_engine.step
 
@@ -196,7 +198,8 @@ def report_row(report) -> dict:
         "adv/nonzero_frac": float(np.mean(np.abs(adv) > 1e-12)) if adv is not None and adv.size else 0.0,
         "model/engine_steps": model[f"steps_{kind}"],
         "model/engine_steps_rounds": model["steps_rounds"],
-        "engine/steps": float(engine_steps() - report_row.last),
+        # nan where the arm's engine counts no steps (hf)
+        "engine/steps": float(engine_steps() - report_row.last) if COUNTING_NOW[0] else float("nan"),
     }
     report_row.last = engine_steps()
     return row
