@@ -4,6 +4,9 @@ generation tokens/s with the HF engine, update tokens/s and peak memory of one m
 
     python benchmarks/bench_gpu.py --out DIR                      # Qwen2.5-0.5B and 1.5B shapes, on CUDA
     python benchmarks/bench_gpu.py --out DIR --smoke              # a tiny shape on the CPU: the CI rehearsal
+    python benchmarks/bench_gpu.py --out DIR --shapes qwen2.5-0.5b --no-update --gen-engines hf hf-cb \\
+        --gen-rows 16 64 128 --step-engine hf-cb --step-arms grpo xrpo-streaming xrpo grpo@hf --tag cb
+        # the continuous-batching engine against the HF engine: generation, and steps (ARM@ENGINE: another engine)
 
 Writes DIR/bench_gpu.json (every figure) and DIR/bench_gpu.md (the table docs/benchmarks.md's "## GPU" quotes).
 Peak memory is `torch.cuda.max_memory_allocated` on CUDA; on the CPU (the smoke run) it is not measured. Each
@@ -79,24 +82,37 @@ def tokenizer():
 
 
 # ------------------------------------------------------------------------------------------------- generation
-def bench_generation(shape, device, rows, new_tokens):
+def bench_generation(shape, device, rows, new_tokens, engine="hf"):
+    from xrpo.rollout.build import build_engine
     from xrpo.rollout.engine import SamplingParams
-    from xrpo.rollout.hf_engine import HFEngine
 
     model = random_model(shape, device)
     tok = tokenizer()
-    engine = HFEngine(model, tok, max_batch_size=rows, autocast_dtype=torch.bfloat16 if device == "cuda" else None)
+    kind = engine
+    engine = build_engine(
+        kind,
+        tok,
+        model=model,
+        max_batch_size=rows,
+        max_seq_len=32 + new_tokens,
+        autocast_dtype="bfloat16" if device == "cuda" else None,
+    )
     prompts = [[(7 * i + j) % 400 + 3 for j in range(32)] for i in range(rows)]
     params = SamplingParams(max_new_tokens=new_tokens, seed=0)
     engine.generate_ids(prompts[:2], [1, 1], SamplingParams(max_new_tokens=4, seed=0))  # warm-up
     reset_peak(device)
     sync(device)
+    steps0 = getattr(engine, "steps", 0)
     t0 = time.perf_counter()
     out = engine.generate_ids(prompts, [1] * rows, params)
     sync(device)
     dt = time.perf_counter() - t0
     n = sum(r.num_tokens for rs in out for r in rs)
-    res = {"rows": rows, "tokens": n, "seconds": dt, "tokens_per_s": n / dt, "peak_gib": _gib(peak(device))}
+    res = {"engine": kind, "rows": rows, "tokens": n, "seconds": dt, "tokens_per_s": n / dt}
+    res["peak_gib"] = _gib(peak(device))
+    if kind == "hf-cb":
+        res["engine_steps"] = engine.steps - steps0
+        res["attention"] = engine.attention
     del engine, model
     return res
 
@@ -174,11 +190,16 @@ def bench_steps(
     new_tokens: int,
     prompts_per_step: int,
     rollouts: int,
+    arms=("grpo", "xrpo"),
+    engine="hf",
     res=None,
     save=lambda: None,
 ):
-    """GRPO then XRPO at one budget. `res` is filled method by method (and `save` called after each), and every
-    step's times are printed as it ends, so a run stopped by its time limit keeps what it measured."""
+    """The arms (bench_step.py's: grpo, xrpo, xrpo-streaming; ARM@ENGINE on another engine than ``engine``) one
+    after the other at one budget. `res` is filled arm by arm (and `save` called after each), and every step's times
+    are printed as it ends, so a run stopped by its time limit keeps what it measured."""
+    from bench_step import arm_overrides
+
     from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.loop import train
 
@@ -192,12 +213,13 @@ def bench_steps(
     (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp / "held.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
     res = {} if res is None else res
-    for method in ("grpo", "xrpo"):
+    for method in arms:
+        arm_engine = method.partition("@")[2] or engine
         times = []
         ov = [
+            *arm_overrides(method, engine),
             f"output={tmp / method}",
             f"steps={steps}",
-            f"method.name={method}",
             f"model.path={model_dir}",
             "model.dtype=bfloat16" if device == "cuda" else "model.dtype=float32",
             "model.gradient_checkpointing=true",
@@ -232,6 +254,7 @@ def bench_steps(
         train(build_config(None, ov), log=lambda *_: None, on_step=on_step)
         later = times[1:] or times  # the first step compiles kernels and allocates the optimiser's state
         res[method] = {
+            "engine": arm_engine,
             "step_s": sorted(m["time/step"] for m in later)[len(later) // 2],
             "generate_s": sorted(m.get("time/generate", 0.0) for m in later)[len(later) // 2],
             "update_s": sorted(m["time/update"] for m in later)[len(later) // 2],
@@ -239,7 +262,6 @@ def bench_steps(
             "peak_gib": _gib(peak(device)),
         }
         save()
-    res["xrpo_over_grpo"] = res["xrpo"]["step_s"] / res["grpo"]["step_s"]
     return res
 
 
@@ -270,6 +292,11 @@ def main() -> None:
     ap.add_argument("--step-tokens", type=int, default=256, help="max_new_tokens of the step-time runs")
     ap.add_argument("--steps", type=int, default=3, help="steps per method in the step-time runs")
     ap.add_argument("--tag", default="", help="suffix of the output files (bench_gpu-TAG.json / .md)")
+    ap.add_argument("--gen-engines", nargs="+", default=["hf"], choices=["hf", "hf-cb"], help="generation engines")
+    ap.add_argument("--gen-rows", nargs="+", type=int, default=[128], help="rollouts per generation call")
+    ap.add_argument("--no-update", action="store_true", help="skip the update table")
+    ap.add_argument("--step-engine", default="hf", choices=["hf", "hf-cb"], help="the step-time runs' engine")
+    ap.add_argument("--step-arms", nargs="+", default=["grpo", "xrpo"], help="ARM or ARM@ENGINE (bench_step.py)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -283,12 +310,14 @@ def main() -> None:
         if not args.smoke
         else dict(rows=2, prompt_len=8, completion_len=8, repeats=1)
     )
-    gen = dict(rows=128, new_tokens=128) if not args.smoke else dict(rows=4, new_tokens=4)
+    gen = dict(new_tokens=128) if not args.smoke else dict(new_tokens=4)
+    gen_rows = args.gen_rows if not args.smoke else [min(r, 4 * (i + 1)) for i, r in enumerate(args.gen_rows)]
     stp = (
         dict(steps=args.steps, new_tokens=args.step_tokens, prompts_per_step=16, rollouts=128)
         if not args.smoke
         else dict(steps=2, new_tokens=4, prompts_per_step=4, rollouts=16)
     )
+    stp.update(arms=args.step_arms, engine=args.step_engine)
     report = {
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__,
@@ -304,9 +333,15 @@ def main() -> None:
 
     for shape in shapes:
         r = report["shapes"].setdefault(shape, {})
-        r["generation"] = attempt(f"{shape} generation", bench_generation, shape, device, **gen)
+        r["generation"] = []
+        for rows in gen_rows:  # the engines alternate at each row count
+            for engine in args.gen_engines:
+                what = f"{shape} generation {engine} {rows} rows"
+                got = attempt(what, bench_generation, shape, device, rows=rows, engine=engine, **gen)
+                r["generation"].append({"engine": engine, "rows": rows, **got})
+                save()
         r["update"] = []
-        for f in FEATURES:
+        for f in FEATURES if not args.no_update else []:
             r["update"].append(attempt(f"{shape} update {f[0]}", bench_update, shape, device, f, **upd))
             save()
     for shape in step_shapes:
@@ -327,7 +362,8 @@ def render(report, upd, gen, stp) -> str:
     lines = [
         f"device: {report['device']}, torch {report['torch']}" + (" (smoke: CPU rehearsal)" if report["smoke"] else ""),
         "",
-        f"Generation (HF engine, bf16 autocast on CUDA): {gen['rows']} rows x {gen['new_tokens']} new tokens.",
+        f"Generation (bf16 autocast on CUDA): one call of R rows x {gen['new_tokens']} new tokens, prompts of 32 "
+        "tokens; hf = transformers generate, hf-cb = transformers' continuous batching.",
         f"Update: one micro-batch of {upd['rows']} x ({upd['prompt_len']} + {upd['completion_len']}) tokens, "
         "forward + backward + AdamW step, bf16 compute over float32 master weights (LoRA: bf16 base).",
         "",
@@ -335,10 +371,16 @@ def render(report, upd, gen, stp) -> str:
         "|---|---|---:|---:|---:|",
     ]
     for shape, r in report["shapes"].items():
-        g = r.get("generation")
-        if g is not None:
+        gens = r.get("generation") or []
+        for g in gens:
             err = g.get("error")
-            lines.append(f"| {shape} | generation | {err or f(g['tokens_per_s'], 0)} | {f(g.get('peak_gib'), 2)} | |")
+            what = f"generation, {g['engine']}, {g['rows']} rows"
+            lines.append(f"| {shape} | {what} | {err or f(g['tokens_per_s'], 0)} | {f(g.get('peak_gib'), 2)} | |")
+        by = {(g["engine"], g["rows"]): g.get("tokens_per_s") for g in gens}
+        for (engine, rows), tps in by.items():
+            base = by.get(("hf", rows))
+            if engine != "hf" and tps and base:
+                lines.append(f"| {shape} | generation, {engine} / hf, {rows} rows | {tps / base:.2f}x | | |")
         for u in r.get("update", []):
             if "error" in u:
                 lines.append(f"| {shape} | update: ? | {u['error']} | | |")
@@ -350,23 +392,27 @@ def render(report, upd, gen, stp) -> str:
     lines += [
         "",
         f"Step time at the budget of {stp['prompts_per_step']} prompts x {stp['rollouts']} rollouts per step, "
-        f"{stp['new_tokens']} new tokens, HF engine (median of steps 2-{stp['steps']}):",
+        f"{stp['new_tokens']} new tokens, {stp['engine']} engine unless the arm names another (median of steps "
+        f"2-{stp['steps']}); ratios to grpo on the same engine:",
         "",
-        "| shape | GRPO s/step | XRPO s/step | XRPO / GRPO | GRPO generate s | XRPO generate s |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| shape | arm | engine | s/step | generate s | update s | / grpo |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     for shape, r in report["shapes"].items():
         s = r.get("steps")
         if s is None:
             continue
-        g, x = s.get("grpo", {}), s.get("xrpo", {})
-        if "error" in s and not g:
-            lines.append(f"| {shape} | {s['error']} | | | | |")
+        arms = {k: v for k, v in s.items() if isinstance(v, dict)}
+        if "error" in s and not arms:
+            lines.append(f"| {shape} | {s['error']} | | | | | |")
             continue
-        lines.append(
-            f"| {shape} | {f(g.get('step_s'), 2)} | {f(x.get('step_s'), 2)} | {f(s.get('xrpo_over_grpo'), 3)} "
-            f"| {f(g.get('generate_s'), 2)} | {f(x.get('generate_s'), 2)} |"
-        )
+        for arm, a in arms.items():
+            grpo = arms.get("grpo" + (f"@{arm.partition('@')[2]}" if "@" in arm else ""), {})
+            ratio = a["step_s"] / grpo["step_s"] if grpo.get("step_s") else None
+            lines.append(
+                f"| {shape} | {arm.partition('@')[0]} | {a['engine']} | {f(a.get('step_s'), 2)} "
+                f"| {f(a.get('generate_s'), 2)} | {f(a.get('update_s'), 2)} | {f(ratio, 3)} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -6,8 +6,9 @@
 #   bash benchmarks/gpu_check.sh --smoke OUTDIR    # the CPU rehearsal (seconds-sized), run by CI so the script cannot rot
 #   GPU_CHECK_STAGES="3 1" GPU_CHECK_T_STEPS=330 bash benchmarks/gpu_check.sh OUTDIR   # only some stages, in order
 #
-# Outputs (8 files at most, as the device tool brings back): env.txt pytest.txt bench.log bench_gpu.{json,md}
-# steps.log bench_gpu-steps.md default.log (summary.json's figures appended to it).
+# Outputs (8 files at most, as the device tool brings back): env.txt pytest.txt bench.log bench_gpu.md steps.log
+# bench_gpu-steps.md default.log (summary.json's figures appended to it) cb.log (its tables at its end). The JSON
+# files the benchmark writes beside its tables are removed: their figures are in the logs.
 #
 # What the GPU machine lacks travels with the tree (docs/benchmarks.md, "## GPU", says how to assemble it):
 #   .whl/       wheels of the pure-Python needs the image lacks (pydantic, math-verify, reasoning-gym, wordllama ...):
@@ -20,6 +21,9 @@
 #                     with each memory feature against the estimate (benchmarks/bench_gpu.py)
 #   3. steps.*        XRPO / GRPO step time at the paper's budget with the HF engine (bench_gpu.py --shapes)
 #   4. default.*      the default job (`xrpo train`) on CUDA for a fixed time: wall time, held-out pass@1
+#   5. cb.log         the continuous-batching engine (rollout.engine=hf-cb) against the HF engine on the Qwen2.5-0.5B
+#                     shape: generation tokens/s at 16, 64 and 128 rows, and the step time of GRPO, XRPO streaming
+#                     and XRPO rounds on hf-cb and of GRPO on hf, at the paper's budget (bench_gpu.py --tag cb)
 set -u
 SMOKE=0
 if [ "${1:-}" = "--smoke" ]; then SMOKE=1; shift; fi
@@ -49,8 +53,8 @@ cat "$OUTDIR/env.txt"
 
 if [ $SMOKE = 1 ]; then
     TESTS=(tests/trainer/test_memory_gpu.py)
-    T_TESTS=120; T_BENCH=240; T_STEPS=240; T_DEFAULT=240
-    BENCH=(--smoke --step-shapes); STEPS=(--smoke --shapes --tag steps)
+    T_TESTS=120; T_BENCH=240; T_STEPS=240; T_DEFAULT=240; T_CB=240
+    BENCH=(--smoke --step-shapes); STEPS=(--smoke --shapes --tag steps); CB=(--smoke)
     DEFAULT=(steps=2 data.n_train=32 data.n_heldout=8 eval_samples=2 "eval_k=[1,2]" rollout.prompts_per_step=4
              rollout.rollouts_per_step=16 model.warmup_steps=2)
     export XRPO_CACHE="$OUTDIR/cache"
@@ -59,14 +63,14 @@ else
     TESTS=(tests/trainer/test_memory_gpu.py tests/trainer/test_logprobs.py tests/trainer/test_update.py
            tests/trainer/test_lora_train.py)
     # measured on an H200 (2026-11-26): tables 90 s; the step-time runs did not fit 100 s at 128 new tokens
-    T_TESTS=100; T_BENCH=140; T_STEPS=300; T_DEFAULT=60
-    BENCH=(--step-shapes); STEPS=(--shapes --step-tokens 128 --steps 4 --tag steps)
+    T_TESTS=100; T_BENCH=140; T_STEPS=300; T_DEFAULT=60; T_CB=300
+    BENCH=(--step-shapes); STEPS=(--shapes --step-tokens 128 --steps 4 --tag steps); CB=(--step-tokens 128 --steps 4)
     DEFAULT=(time_limit=25)  # 56 steps on an H200 with .gpucache (no warm-start)
     [ -d .gpucache ] && export XRPO_CACHE="$PWD/.gpucache"
 fi
 
 T_TESTS=${GPU_CHECK_T_TESTS:-$T_TESTS}; T_BENCH=${GPU_CHECK_T_BENCH:-$T_BENCH}
-T_STEPS=${GPU_CHECK_T_STEPS:-$T_STEPS}; T_DEFAULT=${GPU_CHECK_T_DEFAULT:-$T_DEFAULT}
+T_STEPS=${GPU_CHECK_T_STEPS:-$T_STEPS}; T_DEFAULT=${GPU_CHECK_T_DEFAULT:-$T_DEFAULT}; T_CB=${GPU_CHECK_T_CB:-$T_CB}
 
 stage1() {
 stage "1. tests: ${TESTS[*]}"
@@ -79,6 +83,7 @@ stage2() {
 stage "2. bench_gpu"
 timeout $T_BENCH $PY benchmarks/bench_gpu.py --out "$OUTDIR" "${BENCH[@]}" > "$OUTDIR/bench.log" 2>&1
 echo "bench exit $?" >> "$OUTDIR/bench.log"
+rm -f "$OUTDIR/bench_gpu.json"  # its figures are in bench.log and bench_gpu.md
 tail -1 "$OUTDIR/bench.log"
 }
 
@@ -104,8 +109,25 @@ print(f"default job: {s['steps']} steps, pass@1 {s['pass@1_before']:.3f} -> {s['
 EOF
 }
 
-for n in ${GPU_CHECK_STAGES:-1 2 3 4}; do
-    case $n in 1|2|3|4) "stage$n" ;; *) echo "GPU_CHECK_STAGES: unknown stage '$n' (expected 1 2 3 4)" >&2; exit 2 ;; esac
+stage5() {
+stage "5. continuous batching (hf-cb) against hf"
+# the engines' log-probs against the trainer's recompute on CUDA first (also in stage 1), then the benchmark
+timeout $T_TESTS $PY -m pytest -q -p no:cacheprovider -rfE tests/trainer/test_memory_gpu.py -k engine_logprobs \
+    > "$OUTDIR/cb.log" 2>&1
+echo "cb tests exit $?" >> "$OUTDIR/cb.log"
+timeout $T_CB $PY benchmarks/bench_gpu.py --out "$OUTDIR" --shapes qwen2.5-0.5b --no-update \
+    --gen-engines hf hf-cb --gen-rows 16 64 128 --step-shapes qwen2.5-0.5b --step-engine hf-cb \
+    --step-arms grpo xrpo-streaming xrpo grpo@hf --tag cb "${CB[@]}" >> "$OUTDIR/cb.log" 2>&1
+echo "cb exit $?" >> "$OUTDIR/cb.log"
+rm -f "$OUTDIR/bench_gpu-cb.json" "$OUTDIR/bench_gpu-cb.md"  # the tables end cb.log
+tail -1 "$OUTDIR/cb.log"
+}
+
+for n in ${GPU_CHECK_STAGES:-1 2 3 4 5}; do
+    case $n in
+        1|2|3|4|5) "stage$n" ;;
+        *) echo "GPU_CHECK_STAGES: unknown stage '$n' (expected 1 2 3 4 5)" >&2; exit 2 ;;
+    esac
 done
 stage done
 cat "$OUTDIR"/bench_gpu*.md 2>/dev/null

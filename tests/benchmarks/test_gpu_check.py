@@ -35,8 +35,21 @@ def test_gpu_check_rehearses_on_the_cpu(tmp_path):
         row = next(line for line in table.splitlines() if what in line)
         assert re.search(r"\| \d+ \|", row), row  # a measured tokens/s, not an error
     steps = (out / "bench_gpu-steps.md").read_text()
-    row = next(line for line in steps.splitlines() if line.startswith("| smoke"))
-    assert re.fullmatch(r"\| smoke( \| [0-9.]+){5} \|", row), row
+    rows = [line for line in steps.splitlines() if line.startswith("| smoke")]
+    assert [r.split(" | ")[1:3] for r in rows] == [["grpo", "hf"], ["xrpo", "hf"]], rows
+    for row in rows:  # s/step, generate s, update s, / grpo: measured
+        assert re.fullmatch(r"\| smoke \| \w+ \| hf( \| [0-9.]+){4} \|", row), row
     assert "steps exit 0" in (out / "steps.log").read_text()
+    # the continuous-batching stage: both engines' generation, each arm's step time (hf-cb, and GRPO on hf)
+    cb = (out / "cb.log").read_text()
+    assert "cb tests exit 0" in cb and "cb exit 0" in cb, cb[-3000:]
+    for engine in ("hf", "hf-cb"):
+        for rows in (4, 8, 12):
+            row = next(line for line in cb.splitlines() if f"| generation, {engine}, {rows} rows |" in line)
+            assert re.search(r"rows \| \d+ \|", row), row
+    assert re.search(r"\| generation, hf-cb / hf, 12 rows \| [0-9.]+x \|", cb), cb[-3000:]
+    arms = [line.split(" | ")[1:3] for line in cb.splitlines() if re.match(r"\| smoke \| \S+ \| hf", line)]
+    assert arms == [["grpo", "hf-cb"], ["xrpo-streaming", "hf-cb"], ["xrpo", "hf-cb"], ["grpo", "hf"]], arms
+    assert not list(out.glob("*.json")) and len(list(out.iterdir())) <= 8 + 1  # what comes back, and XRPO_CACHE
     default = (out / "default.log").read_text()
     assert "default job: 2 steps" in default, default[-2000:]

@@ -34,7 +34,7 @@ def test_resolved_n():
         (dict(temperature=0.0), "--temperature must be a finite number > 0"),
         (dict(top_p=1.5), r"--top-p must be a number in \(0, 1\]"),
         (dict(chunk_size=0), "--chunk-size must be >= 1, got 0"),
-        (dict(engine="sglang"), "--engine must be hf or vllm, got 'sglang'"),
+        (dict(engine="sglang"), "--engine must be one of hf, hf-cb, vllm, got 'sglang'"),
         (dict(dtype="float16"), "--dtype must be float32 or bfloat16, got 'float16'"),
         (dict(icl_style="xml"), "--icl-style must be paper or fewshot, got 'xml'"),
         (dict(data=[]), "no datasets given"),

@@ -286,6 +286,9 @@ def test_greedy(eval_env, tmp_path):
     # greedy decoding ignores seeds and chunking
     assert [r["lengths"] for r in a["per_problem"]["small"]] == [r["lengths"] for r in b["per_problem"]["small"]]
     assert a["settings"]["temperature"] == 0.0
+    # the continuous-batching engine decodes greedily to the same completions (the argmax of the same logits)
+    c = evaluate(cfg_for(eval_env, tmp_path / "cb", n=None, greedy=True, chunk_size=3, engine="hf-cb"), log=quiet)
+    assert c["per_problem"] == a["per_problem"] and c["settings"]["engine"] == "hf-cb"
     with pytest.raises(ValueError, match="--greedy draws one sample"):
         evaluate(cfg_for(eval_env, tmp_path / "c", greedy=True), log=quiet)
 

@@ -24,8 +24,9 @@ from xrpo.sandbox import Limits, probe, run_program
 
 LIMITS = Limits(timeout=10, sample_timeout=20, memory_mb=256, max_processes=8)
 SLAB_BOUND_MB = 12  # bounded runs measured 0.0-3.4 MB; the unbounded ones above 19-75 MB
-PINNED_BOUND_MB = 320  # 512 MB pinned (no sandbox): -500 to -517 MB of MemAvailable; refused: -12 to -241 MB, the noise of a
-# shared machine (a parallel test worker allocating), hence the smallest fall of up to three runs
+# 512 MB pinned (outside the sandbox): -500 to -517 MB of MemAvailable; refused: -1 to -241 MB, the noise of a shared
+# machine (a parallel test worker allocating), hence the smallest fall of up to three runs
+PINNED_BOUND_MB = 320
 EPERM, ENOSPC = 1, 28
 
 PRELUDE = """

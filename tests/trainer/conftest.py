@@ -4,6 +4,7 @@ small problem files, and a user verifier module with mixed rewards for a random 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import textwrap
 
@@ -103,6 +104,45 @@ def base_overrides(env, out, method="xrpo", steps=1):
         "optim.micro_batch_tokens=64",
         "data.prompt_template=Q: {prompt}\nA:",
     ]
+
+
+# two XRPO steps planned in waves (rollout.planner=streaming) on an engine that streams; see check_streamed_runs
+STREAMING_OVERRIDES = [
+    "steps=2",
+    "rollout.planner=streaming",
+    "rollout.stream_quorum=0.25",
+    "rollout.prompts_per_step=4",
+    "rollout.rollouts_per_step=20",
+    "rollout.max_new_tokens=12",
+    # frequent characters of the tiny model's vocabulary end completions at various steps, so groups complete at
+    # different engine steps (with every completion at the length limit, all complete at once)
+    "rollout.stop=['=', '+', '?', '{']",
+    "save_every=0",
+]
+
+
+def check_streamed_runs(runs) -> None:
+    """Two output directories of the same STREAMING_OVERRIDES run: each step's budget spent exactly in waves, every
+    prompt planned once per round of Algorithm 1, some wave planned while other requests decoded (the engine admitted
+    it into a running batch), and the two runs alike but for timings (a seed gives the same run)."""
+    metrics = [json.loads(x) for x in (runs[0] / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert math.isfinite(m["loss/policy"]) and m["rollout/count"] == 20
+    rounds = [json.loads(x) for x in (runs[0] / "rounds.jsonl").read_text().splitlines()]
+    for step in (1, 2):
+        waves = [r for r in rounds if r["step"] == step]
+        assert sum(sum(r["alloc"]) for r in waves) == 20 and waves[0]["alloc"] == [2, 2, 2, 2]
+        assert all("members" in r and r["stage"] in (1, 2) for r in waves[1:])
+        for t in (1, 2):
+            assert sorted(q for r in waves[1:] if r["stage"] == t for q in r["members"]) == [0, 1, 2, 3]
+    assert any(r.get("in_flight", 0) > 0 for r in rounds)
+    for name in ("metrics.jsonl", "rounds.jsonl"):
+        a = [json.loads(x) for x in (runs[0] / name).read_text().splitlines()]
+        b = [json.loads(x) for x in (runs[1] / name).read_text().splitlines()]
+        strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # noqa: E731
+        assert strip(a) == strip(b)
+    assert (runs[0] / "samples.jsonl").read_text() == (runs[1] / "samples.jsonl").read_text()
 
 
 def learn_overrides(env, out, method="xrpo", steps=16, seed=0):

@@ -157,8 +157,9 @@ def test_round_trip():
         ("rollout.planner=stream", "rollout.planner must be one of rounds or streaming"),
         (
             "rollout.planner=streaming",
-            r"rollout.planner must be rounds with rollout.engine=hf .*use rollout.engine=vllm",
+            r"rollout.planner must be rounds with rollout.engine=hf .*use rollout.engine=hf-cb or vllm",
         ),
+        ("rollout.engine=hf_cb", "rollout.engine must be one of hf, hf-cb, vllm"),
         ("data.families=[gcd, fractions]", r"data.families: unknown family 'fractions'; valid families: \["),
         ("data.levels={gcd: [2]}", r"data.levels\['gcd'\]: expected distinct level indices in 0..1, got \[2\]"),
         ("data.families=[gcd] & data.levels={lcm: [0]}", r"data.levels: family 'lcm' is not among the chosen"),

@@ -1,9 +1,9 @@
 """The memory features and the trainer on a CUDA GPU (skipped without one; run by benchmarks/gpu_check.sh).
 
-What CPU tests prove on the CPU is checked again where users train: the HF engine's sampling log-probs against the
-trainer's recompute (float32, and bfloat16 mixed precision), chunked log-probs and gradient checkpointing against
-the plain forward, LoRA's adapted model against its merged weights, and a checkpoint written on the GPU resumed on a
-CPU-only process."""
+What CPU tests prove on the CPU is checked again where users train: the HF and continuous-batching engines' sampling
+log-probs against the trainer's recompute (float32, and bfloat16 mixed precision), chunked log-probs and gradient
+checkpointing against the plain forward, LoRA's adapted model against its merged weights, and a checkpoint written on
+the GPU resumed on a CPU-only process."""
 
 from __future__ import annotations
 
@@ -43,18 +43,24 @@ def rows(n=5):
     return prompts, comps
 
 
+@pytest.mark.parametrize("engine_kind", ["hf", "hf-cb"])
 @pytest.mark.parametrize("dtype,atol_max,atol_mean", [("float32", 1e-4, 1e-5), ("bfloat16", 0.1, 0.02)])
-def test_hf_engine_logprobs_match_the_trainers_recompute(tiny_model, tiny_tokenizer, dtype, atol_max, atol_mean):
+def test_engine_logprobs_match_the_trainers_recompute(
+    tiny_model, tiny_tokenizer, dtype, atol_max, atol_mean, engine_kind
+):
     # float32: a KV-cached decode against one full forward, float32 sums in other orders (TF32 is off by default
     # for matmuls): ~1e-6 on log-probs of size < 10, bounded at 1e-4. bfloat16 (mixed precision: float32 weights,
     # autocast): bfloat16's unit roundoff 2^-8 on logits of size < 8 gives ~0.03 per logit, so up to ~0.1 on a
     # log-prob and ~0.02 on average; a wrong prompt, position or temperature is off by order 1.
+    # (the same bounds hold for the continuous-batching engine: a paged decode against one full forward)
+    from xrpo.rollout.build import build_engine
     from xrpo.rollout.engine import SamplingParams
-    from xrpo.rollout.hf_engine import HFEngine
 
     model = copy.deepcopy(tiny_model).cuda().eval()
     auto = None if dtype == "float32" else torch.bfloat16
-    engine = HFEngine(model, tiny_tokenizer, autocast_dtype=auto)
+    engine = build_engine(
+        engine_kind, tiny_tokenizer, model=model, max_seq_len=64, autocast_dtype=None if auto is None else dtype
+    )
     out = engine.generate(PROMPTS, [4, 4, 4], SamplingParams(max_new_tokens=16, seed=0))
     flat = [r for rs in out for r in rs]
     policy = Policy(model, None, None, tiny_tokenizer.pad_token_id, autocast_dtype=auto)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.trainer.conftest import base_overrides
+from tests.trainer.conftest import STREAMING_OVERRIDES, base_overrides, check_streamed_runs
 from xrpo.trainer.config_loader import build_config
 
 pytestmark = pytest.mark.skipif(
@@ -167,39 +167,9 @@ def test_streaming_planner_trains_with_vllm(vllm_run, tmp_path):
     # rollout.planner=streaming on the real vLLM engine loop: two XRPO steps, the budget spent exactly in waves
     # planned while other requests decode, and the same run twice gives the same rollouts and weights
     overrides = [o for o in vllm_run["overrides"] if not o.startswith(("save_every", "keep_last"))]
-    overrides += [
-        "steps=2",
-        "rollout.planner=streaming",
-        "rollout.stream_quorum=0.25",
-        "rollout.prompts_per_step=4",
-        "rollout.rollouts_per_step=20",
-        "rollout.max_new_tokens=12",
-        # frequent characters of the tiny model's vocabulary end completions at various steps, so groups complete
-        # at different engine steps (with every completion at the length limit, all complete at once)
-        "rollout.stop=['=', '+', '?', '{']",
-        "save_every=0",
-    ]
     runs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        vllm_run["loop"].train(build_config(None, [f"output={out}", *overrides]), log=quiet)
+        vllm_run["loop"].train(build_config(None, [f"output={out}", *overrides, *STREAMING_OVERRIDES]), log=quiet)
         runs.append(out)
-    metrics = [json.loads(x) for x in (runs[0] / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [1, 2]
-    for m in metrics:
-        assert math.isfinite(m["loss/policy"]) and m["rollout/count"] == 20
-    rounds = [json.loads(x) for x in (runs[0] / "rounds.jsonl").read_text().splitlines()]
-    for step in (1, 2):
-        waves = [r for r in rounds if r["step"] == step]
-        assert sum(sum(r["alloc"]) for r in waves) == 20 and waves[0]["alloc"] == [2, 2, 2, 2]
-        assert all("members" in r and r["stage"] in (1, 2) for r in waves[1:])
-        # every prompt is planned once per round of Algorithm 1
-        for t in (1, 2):
-            assert sorted(q for r in waves[1:] if r["stage"] == t for q in r["members"]) == [0, 1, 2, 3]
-    assert any(r.get("in_flight", 0) > 0 for r in rounds)  # some wave went in while other requests decoded
-    for name in ("metrics.jsonl", "rounds.jsonl"):
-        a = [json.loads(x) for x in (runs[0] / name).read_text().splitlines()]
-        b = [json.loads(x) for x in (runs[1] / name).read_text().splitlines()]
-        strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # noqa: E731
-        assert strip(a) == strip(b)
-    assert (runs[0] / "samples.jsonl").read_text() == (runs[1] / "samples.jsonl").read_text()
+    check_streamed_runs(runs)

@@ -172,7 +172,8 @@ class StreamConfig:
     planner: str = "rounds"
     """rounds (Algorithm 1: each planning round waits for every prompt's rollouts of the round before) or streaming
     (beyond the paper: a prompt's next round is planned as soon as its group completes, with the prompts that
-    completed with it, while other requests still decode; needs an engine that streams: rollout.engine=vllm)."""
+    completed with it, while other requests still decode; needs an engine that streams: rollout.engine=hf-cb or
+    vllm)."""
     stream_quorum: float = 0.5
     """streaming: the share of the step's prompts that must be ready for a round before that round's wave is
     planned (their even shares of the round's budget split by Pi_q among them); a round's last prompts are planned

@@ -52,7 +52,13 @@ def build(cfg: EvalConfig, rm: ResolvedModel, settings: dict, log):
     else:
         model, tokenizer, _ = loading.load_model(rm.load_path, dtype=settings["dtype"], log=log, **source)
         model.eval()
-        engine = build_engine(cfg.engine, tokenizer, model=model, max_batch_size=settings["batch_size"])
+        engine = build_engine(
+            cfg.engine,
+            tokenizer,
+            model=model,
+            max_batch_size=settings["batch_size"],
+            max_seq_len=settings["max_prompt_tokens"] + settings["max_new_tokens"],
+        )
     renderer = build_renderer(
         tokenizer,
         prompt_template=settings["prompt_template"],

