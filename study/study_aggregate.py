@@ -93,7 +93,9 @@ def group_signal(rounds: Sequence[dict]) -> dict[str, float] | None:
 
     Returns, over the run: ``nonzero_share`` (rollouts in groups with reward variance / rollouts generated),
     ``zero_variance_groups`` (share of groups), ``nonzero_per_step`` (rollouts with a non-zero advantage per step),
-    or None when the run logged no rounds (a resumed step's rows are rewritten identically; the last is kept)."""
+    ``mixed_groups_per_step`` (groups with reward variance per step: the prompts whose gradient is not zero) and
+    ``mixed_group_size`` (their mean number of rollouts), or None when the run logged no rounds (a resumed step's rows
+    are rewritten identically; the last is kept)."""
     rows: dict[tuple, dict] = {}
     for r in rounds:
         if "successes" not in r or "alloc" not in r:
@@ -118,6 +120,8 @@ def group_signal(rounds: Sequence[dict]) -> dict[str, float] | None:
         "nonzero_share": float(n[mixed].sum() / n.sum()),
         "zero_variance_groups": float(1.0 - mixed.mean()),
         "nonzero_per_step": float(n[mixed].sum() / steps),
+        "mixed_groups_per_step": float(mixed.sum() / steps),
+        "mixed_group_size": float(n[mixed].mean()) if mixed.any() else 0.0,
     }
 
 

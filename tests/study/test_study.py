@@ -36,7 +36,14 @@ def test_group_signal_counts_a_prompts_rollouts_over_every_round_of_its_step(stu
     ]
     got = rep.group_signal(rounds)
     # groups a (6, mixed), b (4, all right), c (8, mixed), d (8), e (8): 14 of 34 rollouts, 3 of 5 groups flat
-    assert got == {"nonzero_share": 14 / 34, "zero_variance_groups": 3 / 5, "nonzero_per_step": 14 / 2}
+    # mixed groups a and c over 2 steps, of 6 and 8 rollouts
+    assert got == {
+        "nonzero_share": 14 / 34,
+        "zero_variance_groups": 3 / 5,
+        "nonzero_per_step": 14 / 2,
+        "mixed_groups_per_step": 2 / 2,
+        "mixed_group_size": 14 / 2,
+    }
     assert rep.group_signal([{"step": 1, "round": 0, "alloc": [4]}]) is None
 
 
