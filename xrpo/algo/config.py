@@ -118,6 +118,11 @@ class AllocationConfig:
     max_extra_per_prompt: int | None = None
     """Cap on the extra rollouts one prompt may get in one planning round (knapsack: in its one batch); None: no cap.
     Times the prompts it must cover the largest round (checked with the config)."""
+    group_size_power: float = 1.0
+    """xrpo-plus: a group of n rollouts whose rewards are not all equal is worth n^group_size_power in the planner's
+    objective, in [0, 1]: 1 maximises the expected rollouts with a non-zero advantage, 0 the expected prompts that
+    carry a gradient, 0.5 values a prompt's gradient by the signal-to-noise of its n rollouts
+    (xrpo.algo.posterior_alloc)."""
 
 
 @dataclass
@@ -348,6 +353,7 @@ def _allocation(o: Any, where: str) -> None:
     _check_choice(o, where, "alloc_mode", ALLOC_MODES)
     if o.max_extra_per_prompt is not None:
         check_int(o, where, "max_extra_per_prompt", 0, " or null")
+    check_number(o, where, "group_size_power", 0, most=1)
 
 
 def _icl(o: Any, where: str) -> None:
