@@ -485,9 +485,18 @@ def test_size_power_above_max_units_plans_in_units():
     exact = posterior_allocation(k, m, 64, max_units=64, size_power=0.5)
     assert coarse.sum() == exact.sum() == 64 and np.all(coarse % 4 == 0)
     assert _objective(k, m, coarse, 0.5) <= _objective(k, m, exact, 0.5) + 1e-12
-    # a remainder below one unit goes one rollout at a time, within the caps
+    # a remainder below one unit goes one rollout at a time, within the caps (caps that are not multiples of the
+    # unit leave remainders too)
     y = posterior_allocation(k, m, 65, max_units=16, size_power=0.5, max_per_prompt=10)
     assert y.sum() == 65 and np.all(y <= 10)
+    for _ in range(200):
+        Q = int(rng.integers(1, 5))
+        mm = rng.integers(1, 5, Q)
+        kk = rng.binomial(mm, rng.random(Q))
+        caps = rng.integers(0, 9, Q)
+        B = int(rng.integers(0, caps.sum() + 1))
+        z = posterior_allocation(kk, mm, B, max_units=2, size_power=0.5, max_per_prompt=caps)
+        assert z.sum() == B and np.all(z <= caps) and np.all(z >= 0)
 
 
 def test_size_power_is_checked():
