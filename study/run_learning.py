@@ -60,6 +60,25 @@ REGIMES: dict[str, Regime] = {
         ),
         overrides=("data.n_heldout=400",),
     ),
+    "arith": Regime(
+        title="arithmetic, revisited prompts, a larger learning rate",
+        why=(
+            "The built-in model on another mix of the built-in task: chain_sum, products and simple_equations (no "
+            "gcd or lcm, whose frequent answer 1 can be guessed), 500 training problems, so that a prompt comes back "
+            "every 31 steps and the allocators that read a prompt's last visit (Knapsack RL, xrpo-plus) have one on "
+            "about half the steps, and lr 2e-4, at which GRPO gained 6.4 points of held-out pass@1 in 60 steps in a "
+            "probe (2.2 to 8.6, seed 0, 200 held-out problems × 4 samples). 60 steps of 16 prompts × 128 rollouts; "
+            "held-out 400 problems × 4 samples."
+        ),
+        overrides=(
+            "data.families=[chain_sum,products,simple_equations]",
+            "data.n_train=500",
+            "data.n_heldout=400",
+            "optim.lr=2e-4",
+        ),
+        steps=60,
+        seeds=(0, 1, 2, 3),
+    ),
 }
 
 
