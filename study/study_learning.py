@@ -222,7 +222,13 @@ def aggregate_learning(runs: dict[str, list[Run]], baseline: str = "grpo") -> di
             ck = out["cons_key"]
             d["cons"] = stat([fs[k]["final"].get(ck) for k in seeds])
             d["cons_diff"] = paired({k: fs[k]["final"][ck] for k in seeds}, {k: base[k]["final"][ck] for k in pair})
-        for name in ("nonzero_share", "zero_variance_groups", "mixed_groups_per_step", "mixed_group_size"):
+        for name in (
+            "nonzero_share",
+            "zero_variance_groups",
+            "mixed_groups_per_step",
+            "mixed_group_size",
+            "update_prompts",
+        ):
             vals = {k: fs[k]["signal"][name] for k in seeds if name in fs[k]["signal"]}
             d[name] = stat(list(vals.values()))
             bv = {k: base[k]["signal"][name] for k in pair if name in base[k]["signal"] and k in vals}
@@ -357,13 +363,17 @@ def render_learning(agg: dict, order: Sequence[str], setup: list[str], figures: 
                 _plain(d["mixed_groups_per_step"], 2),
                 "—" if m == base else _ratio(d["mixed_groups_per_step_ratio"]),
                 _plain(d["mixed_group_size"], 1),
+                _plain(d["update_prompts"], 2),
                 _pct(d["zero_variance_groups"], 1),
             ]
         )
     L.append(
         "The learning signal beside it (from rounds.jsonl; a group is a prompt's rollouts over every round of a "
         "step): the informative share is the rollouts in groups whose rewards are not all equal (a non-zero "
-        "advantage) over the rollouts generated; prompts with a gradient are those groups, per step."
+        "advantage) over the rollouts generated; prompts with a gradient are those groups, per step; the prompts "
+        "the update sees are their effective number, (Σ w)² / Σ w² with w a prompt's summed |advantage| (its weight "
+        "in the token-mean loss, rollouts being of about equal length): 2 √(n (n − 1) μ (1 − μ)) for a group of n "
+        "at success rate μ."
     )
     L.append("")
     L += _table(
@@ -374,6 +384,7 @@ def render_learning(agg: dict, order: Sequence[str], setup: list[str], figures: 
             "prompts with a gradient per step",
             f"× {base.upper()}",
             "rollouts per such prompt",
+            "prompts the update sees",
             "zero-variance groups (%)",
         ],
         rows,
