@@ -155,7 +155,7 @@ def plan(args) -> list[Spec]:
 
 def run_state(spec: Spec) -> str:
     """done (summary.json), resume (a complete checkpoint), or new."""
-    from xrpo.trainer.checkpoint import list_checkpoints
+    from xrpo.rundir.checkpoints import list_checkpoints
 
     if report.load_run(spec.path) is not None:
         return "done"

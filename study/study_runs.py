@@ -1,5 +1,5 @@
 """Reading the study's finished run directories (``OUT/<method>/seed<k>/``: summary.json, config.yaml,
-metrics.jsonl, rounds.jsonl, study_run.json); the JSONL logs through xrpo's reader (`xrpo.trainer.jsonl`)."""
+metrics.jsonl, rounds.jsonl, study_run.json); the JSONL logs through xrpo's reader (`xrpo.rundir.jsonl`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from xrpo.trainer.jsonl import read_jsonl
+from xrpo.rundir.jsonl import read_jsonl
 
 
 class StudyDataError(ValueError):

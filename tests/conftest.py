@@ -4,12 +4,15 @@ Both are shared by every test that asks for them: do not modify them in place (d
 
 Shared helpers of the tests that start processes (tests/sandbox, and tests/rewards through the verifiers), imported as
 ``from tests.conftest import ...`` (pytest has loaded this module under that name before any test module): `wait_gone`
-for worker pools, `MARK`, `assert_nothing_left_running` and `world_readable_file` for the sandbox.
+for worker pools, `MARK`, `assert_nothing_left_running` and `world_readable_file` for the sandbox, `hold_run_lock`
+for the run directory's lock (tests/rundir, tests/trainer).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -60,6 +63,21 @@ def _one_torch_thread():
 
 
 # ------------------------------------------------------------------ processes (tests/sandbox, tests/rewards)
+
+_HOLD = (
+    "import sys, time; from xrpo.rundir.lock import RunLock\n"
+    "with RunLock(sys.argv[1], 'xrpo train') as lock:\n"
+    "    lock.claim(); print('held', flush=True); time.sleep(120)\n"
+)
+
+
+def hold_run_lock(path) -> subprocess.Popen:
+    """Another process holding run directory ``path``'s lock (as `xrpo train` would) until it is killed."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
 
 MARK = str(900000 + os.getpid() % 99999)  # a sleep duration that names this test session's stray processes
 

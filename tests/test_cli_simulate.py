@@ -9,8 +9,8 @@ import re
 import pytest
 
 from xrpo.cli import build_parser, main
+from xrpo.rundir.fields import field_docs
 from xrpo.sim.runner import SimConfig
-from xrpo.trainer.fields import field_docs
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,6 +1,11 @@
 """Dependencies point one way (CONTRIBUTING.md): each floor of the package imports only the floors below it, and no
 two modules import each other, directly or round a circle. Every ``import xrpo...`` in a module counts,
-function-level (lazy) and ``TYPE_CHECKING`` imports included."""
+function-level (lazy) and ``TYPE_CHECKING`` imports included.
+
+The floors, bottom up: algo and sandbox; rundir (what reads and writes a run directory), data and icl; rewards and
+models; rollout; trainer; and on top eval, integrations (verl), sim and cli. The simulator needs no model: nothing
+it reaches is of the trainer, the rollouts or the models. The floors on top take from the trainer only the names of
+TRAINER_API; the rest of the trainer is its own, and a run directory is read and written through rundir."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "xrpo"
 BELOW = {
     "algo": set(),
     "sandbox": set(),
+    "rundir": {"algo"},
     "data": {"algo"},
     "icl": {"algo"},
     "rewards": {"algo", "sandbox"},
@@ -19,7 +25,28 @@ BELOW = {
 }
 BELOW["rollout"] = set().union(*BELOW.values(), BELOW) - {"rollout"}
 BELOW["trainer"] = BELOW["rollout"] | {"rollout"}
-TOP = {"eval", "integrations", "sim", "cli", "__init__"}  # they may import any floor
+# the floors on top
+BELOW["eval"] = BELOW["trainer"] | {"trainer"}  # of the trainer, TRAINER_API["eval"] only
+BELOW["integrations"] = set(BELOW["trainer"])
+BELOW["sim"] = {"algo", "rundir", "eval"}  # of eval, its plotting helpers (test_the_simulator_needs_no_model)
+BELOW["cli"] = set(BELOW)  # of the trainer, TRAINER_API["cli"] only
+TOP = {"__init__"}  # the package's face: it imports nothing
+
+# What the floors on top may import from the trainer, by name (``module.name``); nothing else of it.
+TRAINER_API: dict[str, set[str]] = {
+    # `xrpo train`: its config built from --config and key=value (and --help's text), the run, and the stop it reports
+    "cli": {
+        "xrpo.trainer.config_loader.build_config",
+        "xrpo.trainer.config_loader.help_text",
+        "xrpo.trainer.loop.train",
+        "xrpo.trainer.loop.TrainingStopped",
+    },
+    # `xrpo eval RUN`: the run's settings (its config.yaml as the trainer reads it back) and, for a model that is not
+    # a run, the trainer's defaults; the run's checkpoints are found through rundir
+    "eval": {"xrpo.trainer.config.TrainConfig", "xrpo.trainer.config_loader.load_run_config"},
+    "integrations": set(),
+    "sim": set(),
+}
 
 
 def imports(path: Path) -> set[str]:
@@ -35,16 +62,20 @@ def imports(path: Path) -> set[str]:
     return out
 
 
+def floor_of(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
 def test_every_floor_imports_only_the_floors_below_it():
     floors = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    floors |= {p.stem for p in ROOT.glob("*.py")}
     assert floors <= set(BELOW) | TOP, f"a new subpackage needs its place in BELOW or TOP: {floors - set(BELOW) - TOP}"
     wrong = []
     for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(ROOT).parts
-        floor = parts[0] if len(parts) > 1 else path.stem
-        if floor in TOP:
-            continue
-        for dst in sorted(imports(path) - {floor} - BELOW[floor]):
+        floor = floor_of(path)
+        allowed = set() if floor in TOP else BELOW[floor]
+        for dst in sorted(imports(path) - {floor} - allowed):
             wrong.append(f"{path.relative_to(ROOT.parent)} ({floor}) imports xrpo.{dst}")
     assert not wrong, "\n".join(wrong)
 
@@ -53,6 +84,67 @@ def test_the_check_sees_lazy_imports(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def g():\n    from xrpo.trainer.loop import train\n    import xrpo.rollout.engine\n")
     assert imports(f) == {"trainer", "rollout"}
+
+
+def trainer_names(path: Path) -> list[str]:
+    """What ``path`` imports from the trainer: ``module.name`` for ``from xrpo.trainer.module import name`` (and
+    ``xrpo.trainer.module`` for ``from xrpo.trainer import module``), the module for ``import xrpo.trainer.module``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").split(".")[:2]
+            == [
+                "xrpo",
+                "trainer",
+            ]
+        ):
+            out += [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.split(".")[:2] == ["xrpo", "trainer"]]
+    return out
+
+
+def trainer_internals(root: Path = ROOT) -> list[str]:
+    """Imports of the trainer from the floors on top that are not in their TRAINER_API."""
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        floor = floor_of(path, root)
+        if floor in TRAINER_API:
+            wrong += [
+                f"{path.relative_to(root.parent)}: {name}"
+                for name in trainer_names(path)
+                if name not in TRAINER_API[floor]
+            ]
+    return wrong
+
+
+def test_the_floors_on_top_take_only_the_trainers_api():
+    wrong = trainer_internals()
+    assert not wrong, "trainer internals imported from above it (read and write run files through xrpo.rundir): " + (
+        "; ".join(wrong)
+    )
+
+
+def test_the_trainer_api_check_sees_internals(tmp_path):
+    pkg = tmp_path / "xrpo"
+    for floor in ("eval", "sim", "integrations"):
+        (pkg / floor).mkdir(parents=True)
+    (pkg / "cli.py").write_text(
+        "from xrpo.trainer.loop import TrainingStopped, train\nfrom xrpo.trainer.checkpoint import save_checkpoint\n"
+    )
+    (pkg / "eval" / "m.py").write_text(
+        "def f():\n    from xrpo.trainer.config import TrainConfig\n    from xrpo.trainer import checkpoint\n"
+    )
+    (pkg / "sim" / "m.py").write_text("import xrpo.trainer.records\n")
+    (pkg / "integrations" / "m.py").write_text("from xrpo.trainer.config_loader import build_config\n")
+    assert trainer_internals(pkg) == [
+        "xrpo/cli.py: xrpo.trainer.checkpoint.save_checkpoint",
+        "xrpo/eval/m.py: xrpo.trainer.checkpoint",
+        "xrpo/integrations/m.py: xrpo.trainer.config_loader.build_config",
+        "xrpo/sim/m.py: xrpo.trainer.records",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -122,6 +214,51 @@ def test_no_import_circles():
     assert not circles, "modules that import each other (directly or round a circle): " + "; ".join(
         " <-> ".join(c) for c in circles
     )
+
+
+def reached(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    """Every module importing ``start`` runs: what they import, directly or through others, and the packages
+    (``__init__``) above each."""
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        parts = mod.split(".")
+        todo += [m for m in graph.get(mod, ())] + [".".join(parts[:i]) for i in range(1, len(parts))]
+    return seen
+
+
+NO_MODEL = {"trainer", "rollout", "models"}  # the floors that sample from, train or load a model
+
+
+def test_the_simulator_needs_no_model():
+    graph = module_graph()
+    sim = {m for m in graph if m.split(".")[:2] == ["xrpo", "sim"]}
+    found = sorted(m for m in reached(graph, sim) if m.split(".")[1:2] and m.split(".")[1] in NO_MODEL)
+    assert not found, f"xrpo.sim reaches {found}: it works from success rates alone"
+
+
+def test_the_reach_check_follows_imports_through_other_modules():
+    graph = {
+        "xrpo.sim.a": {"xrpo.eval.plots"},
+        "xrpo.eval.plots": {"xrpo.algo.x"},
+        "xrpo.eval": {"xrpo.rollout.engine"},
+        "xrpo.algo.x": set(),
+    }
+    assert reached(graph, {"xrpo.sim.a"}) == {
+        "xrpo",
+        "xrpo.sim",
+        "xrpo.sim.a",
+        "xrpo.eval",
+        "xrpo.eval.plots",
+        "xrpo.rollout",
+        "xrpo.rollout.engine",
+        "xrpo.algo",
+        "xrpo.algo.x",
+    }
 
 
 def test_the_circle_check_sees_lazy_and_type_checking_imports(tmp_path):

@@ -23,9 +23,14 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/trainer/test_config.py",),
         "building a TrainConfig (presets, YAML, overrides, to/from dict) is tested beside the schema it fills",
     ),
-    "xrpo/trainer/fields.py": (
+    "xrpo/rundir/fields.py": (
         ("tests/trainer/test_config.py", "tests/test_cli_simulate.py", "tests/test_cli_eval.py"),
         "field docstrings and type conversion, tested through the configs and command lines that use them",
+    ),
+    "xrpo/rundir/yamlfile.py": (
+        ("tests/trainer/test_config.py", "tests/test_cli_simulate.py", "tests/eval/test_report.py"),
+        "the YAML reader, tested through the files read with it: trainer configs, `xrpo simulate --config`, a "
+        "run's config.yaml in `xrpo report`",
     ),
     "xrpo/eval/build.py": (
         ("tests/eval/test_evaluate.py",),
@@ -107,8 +112,17 @@ ELSEWHERE: dict[str, tuple[tuple[str, ...], str]] = {
         "and attack programs",
     ),
     "xrpo/sandbox/_boot_harness.py": (
-        ("tests/sandbox/test_programs.py", "tests/rewards/test_code_adversarial.py"),
+        (
+            "tests/sandbox/test_programs.py",
+            "tests/sandbox/test_programs_honest.py",
+            "tests/rewards/test_code_adversarial.py",
+        ),
         "the boot's test harness, run inside the sandboxed child; tested through run_program",
+    ),
+    "xrpo/sandbox/_boot_program.py": (
+        ("tests/sandbox/test_programs_honest.py", "tests/rewards/test_code_differential.py"),
+        "the program's process inside the sandboxed child (its interpreter, its end); tested through run_program and "
+        "a corpus run both plainly and in the sandbox",
     ),
     "xrpo/sandbox/_boot_check.py": (
         ("tests/sandbox/test_programs_protocol.py", "tests/sandbox/test_programs.py"),

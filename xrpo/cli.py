@@ -10,7 +10,7 @@ import sys
 import typing
 
 from xrpo import __version__
-from xrpo.trainer.fields import coerce, field_docs, strip_optional
+from xrpo.rundir.fields import coerce, field_docs, strip_optional
 
 
 def _train(args) -> int:
@@ -130,7 +130,7 @@ def _simulate(args) -> int:
     if args.config:
         from pathlib import Path
 
-        from xrpo.trainer.config_loader import read_yaml
+        from xrpo.rundir.yamlfile import read_yaml
 
         path = Path(args.config)
         try:
@@ -179,7 +179,7 @@ def add_field_options(
     """One ``--flag`` per field of the config dataclass ``cls`` (``xrpo eval``'s `EvalConfig`, ``xrpo simulate``'s
     `SimConfig`; ``xrpo train``'s sections are set as ``key=value`` through the same conversion,
     `xrpo.trainer.config_loader`): its help is the field's docstring (`field_docs`), its value is converted to the
-    field's declared type by `xrpo.trainer.fields.coerce` (a bool field is ``--flag / --no-flag``, a list of ints or
+    field's declared type by `xrpo.rundir.fields.coerce` (a bool field is ``--flag / --no-flag``, a list of ints or
     names is comma-separated).
 
     show_defaults: leave a flag not given out of the parsed namespace (so the dataclass's default, or a --config

@@ -432,7 +432,7 @@ def test_data_specs(eval_env, tmp_path):
 
 
 def test_an_output_another_evaluation_holds_is_refused(eval_env, tmp_path):
-    from xrpo.trainer.runlock import RunLock, RunLockedError
+    from xrpo.rundir.lock import RunLock, RunLockedError
 
     out = tmp_path / "e"
     with RunLock(out, "xrpo eval") as lock:  # another open file description: held, as by another process

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from xrpo.eval.model import RunDefaults, resolve_model, run_defaults
+from xrpo.rundir.fields import field_docs
 from xrpo.trainer.config_loader import build_config
-from xrpo.trainer.fields import field_docs
 
 # the setting each field of RunDefaults documents itself as: the docstring's first word
 _documented = {name: doc.split()[0].rstrip(".:") for name, doc in field_docs(RunDefaults).items()}

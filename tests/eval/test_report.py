@@ -178,7 +178,7 @@ def test_report_of_an_unfinished_run_and_of_an_older_resumed_log(tiny_run, tmp_p
     seeded = rows[0]["icl/seeded_prompts"] + sum(r["icl/seeded_prompts"] for r in redone)
     assert f"{seeded:.0f} prompts were ICL-seeded" in md
     # no summary.json: the wall time so far comes from the latest checkpoint
-    from xrpo.trainer.checkpoint import list_checkpoints, load_state
+    from xrpo.rundir.checkpoints import list_checkpoints, load_state
 
     segs = load_state(list_checkpoints(run)[-1])["segments"]
     assert f"| wall time | {segs[0]['wall_time_s']:.0f} s up to the checkpoint of step 3 |" in md

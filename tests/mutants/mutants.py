@@ -1,6 +1,6 @@
 """The fixed list of mutants: realistic defects of xrpo/algo, the planner, the batch sources, the ICL index, the math
-verifier's reference check and the trainer, each with the tests that must kill it by a failing assertion
-(`run_mutants.py`).
+verifier's reference check, the code verifier and its sandbox, and the trainer, each with the tests that must kill it
+by a failing assertion (`run_mutants.py`).
 
 A mutant replaces ``original`` (which must occur exactly once in ``path``, byte for byte) by ``mutated``. When the code
 changes so that a mutant's text no longer occurs, `tests/mutants/test_mutants.py` fails and names it: update the
@@ -30,6 +30,7 @@ PLANNER = "tests/rollout/test_planner.py"
 UPDATE = "tests/trainer/test_update.py"
 MECH = "tests/trainer/test_xrpo_mechanisms.py"
 SOURCES = "tests/rollout/test_sources.py"
+HONEST = "tests/sandbox/test_programs_honest.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------------------------------------ xrpo/algo/advantages
@@ -661,10 +662,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "checkpoint-listed-without-its-marker",
-        "xrpo/trainer/checkpoint.py",
+        "xrpo/rundir/checkpoints.py",
         'and not p.name.endswith(".tmp") and (p / MARKER).exists()',
         'and not p.name.endswith(".tmp")',
-        ("tests/trainer/test_checkpoint.py",),
+        ("tests/rundir/test_checkpoints.py",),
         "a checkpoint killed before its COMPLETE marker is listed and resumed from",
     ),
     Mutant(
@@ -713,10 +714,61 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rounds-row-fractional-alloc",
-        "xrpo/rollout/records.py",
+        "xrpo/rundir/rounds.py",
         "if not (is_int(a) and a >= 0 and",
         "if not (isinstance(a, (int, float)) and a >= 0 and",
-        ("tests/rollout/test_records.py::test_a_damaged_row_is_refused_naming_the_field",),
+        ("tests/rundir/test_rounds.py::test_a_damaged_row_is_refused_naming_the_field",),
         "a rounds.jsonl row with a fractional rollout count is read as data (xrpo report used to accept it)",
+    ),
+    # ------------------------------------------------------------------------- the code verifier and its sandbox
+    Mutant(
+        "sandbox-threads-not-joined",
+        "xrpo/sandbox/_boot_program.py",
+        "            threading._shutdown()\n",
+        "            pass\n",
+        (f"{HONEST}::test_a_program_whose_threads_finish_after_its_main_body_is_judged_correct",),
+        "the test process exits right after the main body: `threading.Thread(target=main).start()` prints nothing",
+    ),
+    Mutant(
+        "sandbox-no-exit-builtin",
+        "xrpo/sandbox/_boot_program.py",
+        "    site.setquit()\n",
+        "    pass\n",
+        (f"{HONEST}::test_a_program_that_ends_with_exit_or_quit_is_judged_correct",),
+        "the interpreter runs without site: a program ending with exit() fails with NameError",
+    ),
+    Mutant(
+        "sandbox-open-files-not-finalized",
+        "xrpo/sandbox/_boot_program.py",
+        "                    g[key] = None\n",
+        "                    pass\n",
+        (f"{HONEST}::test_a_program_whose_output_is_written_at_exit_is_judged_correct",),
+        "the program's globals are not torn down at exit: a file object it left open on fd 1 is never flushed",
+    ),
+    Mutant(
+        "sandbox-harness-error-lost",
+        "xrpo/sandbox/_boot_harness.py",
+        '            frame(res_fd, "E", f"the harness failed:',
+        '            frame(1, "E", f"the harness failed:',
+        (f"{HONEST}::test_an_error_of_the_harness_itself_reaches_the_caller_with_its_reason",),
+        "the harness's own error is written to its fd 1 (/dev/null by then): the caller only sees it stop",
+    ),
+    Mutant(
+        "sandbox-aio-allowed",
+        "xrpo/sandbox/_boot_isolation.py",
+        '    "io_setup": 206,\n',
+        "",
+        (
+            "tests/sandbox/test_programs_kernel_memory.py::test_host_wide_kernel_tables_are_refused_and_threads_still_work",
+        ),
+        "Linux AIO contexts allowed: one test can take all of the host's fs.aio-max-nr",
+    ),
+    Mutant(
+        "humaneval-restated-without-prompt",
+        "xrpo/rewards/code.py",
+        '        return (spec.prelude or "") + "\\n" + code\n',
+        "        return code\n",
+        ("tests/rewards/test_code.py::test_humaneval_prompt_comes_first_when_the_completion_restates_the_function",),
+        "a completion that restates the function runs without the prompt: its imports and helpers are missing",
     ),
 )

@@ -5,8 +5,9 @@
     python tests/mutants/run_mutants.py --list
 
 For each mutant the runner forks a child that imports the mutated source instead of the file on disk (an import hook
-serves the mutated text for that one path: the working tree is never modified, so an interrupted run leaves nothing
-behind) and runs ``pytest -x`` on the mutant's tests. The outcome is the first failure:
+serves the mutated text for that one path, to imports and to the sandbox's boot, which reads its source the same way:
+the working tree is never modified, so an interrupted run leaves nothing behind) and runs ``pytest -x`` on the
+mutant's tests. The outcome is the first failure:
 
     killed     a test failed on an assertion (``assert``, ``pytest.fail``, ``pytest.raises`` that did not raise)
     crashed    it failed on another exception (an import error, a TypeError deep in the code ...): the mutant broke
@@ -150,8 +151,15 @@ def _child(m: Mutant, source: str, out: str) -> None:
     loader = importlib.machinery.SourceFileLoader
     get_data, path_stats = loader.get_data, loader.path_stats
 
+    served = []
+
     def mutated_get_data(self, path):
-        return data if os.path.abspath(path) == target else get_data(self, path)
+        # every read of the file's source through the import system: imports, and the sandbox's boot, which is read
+        # this way and run in another process (xrpo/sandbox/programs.py)
+        if os.path.abspath(path) == target:
+            served.append(path)
+            return data
+        return get_data(self, path)
 
     def mutated_path_stats(self, path):
         # a stale .pyc of the original must not be used: report a source the cache does not match
@@ -163,8 +171,7 @@ def _child(m: Mutant, source: str, out: str) -> None:
     rec = _Recorder()
     t0 = time.perf_counter()
     code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-W", "ignore", *m.tests], plugins=[rec])
-    mutated = sys.modules.get(m.path[:-3].replace("/", "."))
-    applied = mutated is not None and os.path.abspath(getattr(mutated, "__file__", "")) == target
+    applied = bool(served)
     Path(out).write_text(
         json.dumps({"code": int(code), "first": rec.first, "seconds": time.perf_counter() - t0, "applied": applied})
     )

@@ -158,6 +158,21 @@ def test_humaneval_prompt_is_prepended_when_the_completion_is_a_body(verifier):
     assert wrong.reason == "runtime_error" and "AssertionError" in wrong.metadata["detail"]
 
 
+def test_humaneval_prompt_comes_first_when_the_completion_restates_the_function(verifier):
+    """HumanEval's harness runs prompt + completion whatever the completion is: a restated function still gets the
+    prompt's imports and helpers (HumanEval/10, /32, /38 call one), the restatement replacing the prompt's."""
+    prompt = (
+        'import math\n\n\ndef helper(x):\n    return math.floor(x) * 2\n\n\ndef f(x):\n    """Twice the floor."""\n'
+    )
+    ref = json.dumps(
+        {"prompt": prompt, "test": "def check(candidate):\n    assert candidate(2.5) == 4\n", "entry_point": "f"}
+    )
+    restated, wrong = verifier.verify_batch(
+        [fence("def f(x):\n    return helper(x)"), fence("def f(x):\n    return helper(x) + 1")], [ref] * 2
+    )
+    assert (restated.score, wrong.score) == (1.0, 0.0), restated
+
+
 def test_identical_programs_are_run_once(verifier):
     comp = fence("import time\nprint(sum(map(int, input().split())))")
     results = verifier.verify_batch([comp] * 6, [ADD] * 6)
@@ -183,6 +198,10 @@ def test_registry_and_arguments():
         CodeVerifier(isolation="off")
     with pytest.raises(ValueError, match="timeout"):
         CodeVerifier(timeout=-1)
+    for bad in ("numpy", ["numpy.linalg"], [3]):
+        with pytest.raises(ValueError, match="packages"):
+            CodeVerifier(packages=bad)
+    assert CodeVerifier(packages=[]).packages == () and CodeVerifier().packages == ("numpy",)
 
 
 # ------------------------------------------------------------------ issue 17: what a program prints or returns

@@ -297,3 +297,51 @@ def test_record_locks_are_refused_whatever_the_high_bits_and_flock_still_works(l
     t = res.tests[0]
     assert t.status == "ok", t
     assert t.stdout.decode().splitlines() == [str([EPERM] * 8), "32 20"]
+
+
+@pytest.mark.parametrize("isolation", ["auto", "minimal"])
+def test_host_wide_kernel_tables_are_refused_and_threads_still_work(isolation, layers):
+    """Tables the whole host shares (docs/code.md, "Kernel tables shared by the whole host"): Linux AIO contexts
+    (fs.aio-max-nr: one test could take all 65,536), new namespaces (each a kernel object no memory limit counts;
+    a user namespace's mounts would escape the work dir's size), huge pages from the host's reserved pool. Refused
+    with EPERM in every mode with seccomp, `minimal` included (where the caller, root here, could otherwise make
+    them). What honest programs use still works: threads (glibc tries clone3, which gets ENOSYS, then clone),
+    subprocess with a new session, unshare of what is not a namespace."""
+    if "seccomp" not in layers:
+        pytest.skip("refused by the seccomp filter, which this machine does not have (docs/code.md)")
+    res = run_program(
+        textwrap.dedent("""
+        import ctypes, mmap, os, subprocess, threading
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        def errno_of(rc):
+            return ctypes.get_errno() if rc < 0 else 0
+        io_setup, setns = {"x86_64": (206, 308)}.get(os.uname().machine, (0, 268))  # aarch64, riscv64: generic
+        ctx = ctypes.c_ulong(0)
+        got = [errno_of(libc.syscall(io_setup, 128, ctypes.byref(ctx)))]
+        for flag in (0x10000000, 0x40000000, 0x00020000, 0x20000000, 0x08000000, 0x04000000, 0x02000000, 0x80):
+            got.append(errno_of(libc.unshare(flag)))  # user, net, mount, pid, ipc, uts, cgroup, time
+        got.append(errno_of(libc.syscall(setns, 0, 0)))
+        try:
+            mmap.mmap(-1, 2 * 2**20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)  # MAP_HUGETLB
+            got.append(0)
+        except OSError as e:
+            got.append(e.errno)
+        print(got)
+        out = []
+        t = threading.Thread(target=out.append, args=("thread",))
+        t.start()
+        t.join()
+        print(out[0], errno_of(libc.unshare(0x400)),  # CLONE_FILES
+              subprocess.run(["echo", "child"], capture_output=True, start_new_session=True).stdout.decode().strip())
+        """),
+        "stdin",
+        [""],
+        limits=LIMITS,
+        isolation=isolation,
+    )
+    t = res.tests[0]
+    assert t.status == "ok", t
+    refused, works = t.stdout.decode().splitlines()
+    assert refused == str([EPERM] * 11)
+    assert works == "thread 0 child"

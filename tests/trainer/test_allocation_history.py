@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from xrpo.algo.knapsack import knapsack_allocation
 from xrpo.algo.posterior_alloc import posterior_allocation
-from xrpo.trainer.checkpoint import list_checkpoints
+from xrpo.rundir.checkpoints import list_checkpoints
 from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from xrpo.algo.presets import get_preset, list_presets
+from xrpo.rundir.fields import field_docs
 from xrpo.trainer.config import SECTIONS, MethodConfig, TrainConfig
 from xrpo.trainer.config_loader import build_config, flatten, from_dict, help_text, load_config_file, to_dict
-from xrpo.trainer.fields import field_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 

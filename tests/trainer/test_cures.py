@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from xrpo.trainer.checkpoint import list_checkpoints
+from xrpo.rundir.checkpoints import list_checkpoints
 from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 
@@ -110,7 +110,7 @@ def test_cures_bad_config(trainer_env, tmp_path):
 def test_resume_without_the_sources_state_names_the_checkpoint(trainer_env, tmp_path):
     # the batch source's state (CurES's posterior) is part of every checkpoint; a state.json without it is refused
     # before any step runs, naming the checkpoint, instead of resuming from the prior
-    from xrpo.trainer.checkpoint import CheckpointError
+    from xrpo.rundir.checkpoints import CheckpointError
 
     out = tmp_path / "c"
     train(

@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from xrpo.trainer.checkpoint import list_checkpoints
+from xrpo.rundir.checkpoints import list_checkpoints
 from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import train
 

@@ -1,5 +1,6 @@
 """A resumed run is one run: `xrpo train` killed with SIGKILL between checkpoints (twice), then resumed, leaves each
-record with every step once, curves equal to an uninterrupted run's, and a summary that counts every segment."""
+record with every step once, curves equal to an uninterrupted run's, and a summary that counts every segment. A run
+directory another process holds is refused, to a new run and to a resume, and left as it was."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints
+from tests.conftest import hold_run_lock
+from xrpo.rundir.checkpoints import CheckpointError, list_checkpoints
+from xrpo.rundir.lock import LOCK_NAME, RunLockedError
 from xrpo.trainer.config_loader import build_config, to_dict
 from xrpo.trainer.loop import train
 
@@ -226,7 +229,7 @@ def test_killed_after_the_final_validation_validates_once(trainer_env, tmp_path,
     out = tmp_path / "final"
     ov = [o for o in overrides if not o.startswith("steps=")] + ["steps=2", f"output={out}"]
     with monkeypatch.context() as mp:
-        mp.setattr(loop.ckpt, "update_state", die)  # the process dies right after logging the final row
+        mp.setattr(loop, "update_state", die)  # the process dies right after logging the final row
         with pytest.raises(Killed):
             train(build_config(None, ov), log=quiet)
     before = rows(out / "eval.jsonl")
@@ -301,3 +304,20 @@ def test_resume_from_an_earlier_checkpoint_sets_the_later_ones_aside(trainer_env
         "step-00000003",
     ]
     assert summary["num_segments"] == 2 and summary["segments"][1]["discarded_steps"] == 2
+
+
+def test_train_and_resume_are_refused_while_another_process_holds_the_run(trainer_env, tmp_path):
+    out = tmp_path / "run"
+    ov = trainer_env["overrides"](out, "grpo", steps=1) + ["save_every=1"]
+    train(build_config(None, ov), log=quiet)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    proc = hold_run_lock(out)
+    try:
+        for attempt in (lambda: train(build_config(None, ov), log=quiet), lambda: train(None, resume=str(out))):
+            with pytest.raises(RunLockedError, match=rf"{out} is in use by xrpo train \(pid {proc.pid} on host "):
+                attempt()
+    finally:
+        proc.kill()
+        proc.wait()
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != LOCK_NAME}
+    assert after == {p: b for p, b in before.items() if p.name != LOCK_NAME}  # nothing was changed

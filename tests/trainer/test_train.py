@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from xrpo.algo.presets import list_presets
 from xrpo.cli import main
+from xrpo.rundir.checkpoints import CheckpointError, list_checkpoints
 from xrpo.sim.runner import read_rounds_rates
-from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints
 from xrpo.trainer.config_loader import build_config
 from xrpo.trainer.loop import NonFiniteLossError, train
 

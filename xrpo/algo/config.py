@@ -481,7 +481,7 @@ def check_knobs(obj: Any, where: str = "") -> None:
 def knob(section: type, name: str, default: Any = MISSING) -> Any:
     """A dataclass field that is ``section``'s knob ``name`` under the field's own name (`xrpo simulate`'s
     ``rounds`` is `AllocationConfig`'s ``plan_rounds``): its default is the section's unless ``default`` is given,
-    its docstring is the section's (`xrpo.trainer.fields.field_docs`, unless the field has its own), and
+    its docstring is the section's (`xrpo.rundir.fields.field_docs`, unless the field has its own), and
     `check_knob_fields` runs the section's check on it."""
     sec = {f.name: f for f in fields(section)}[name]
     return field(default=sec.default if default is MISSING else default, metadata={"knob": (section, name)})

@@ -13,7 +13,7 @@ from xrpo.rollout.vllm_support import (
     check_max_model_len,
     check_vllm_temperature,
 )
-from xrpo.trainer.fields import check_field_types
+from xrpo.rundir.fields import check_field_types
 
 __all__ = ["EvalConfig", "default_chunk_size", "default_ks"]
 

@@ -8,7 +8,7 @@ The driver, top to bottom (docs/eval.md has the user's view):
                  (`xrpo.eval.settings`)
     2. data      `xrpo.eval.spec`: the data-spec language and the datasets it names
     3. resume    `xrpo.eval.store`: settings.json and the per-problem files of the output directory, which this
-                 process holds (`xrpo.trainer.runlock`: a second evaluation into it is refused)
+                 process holds (`xrpo.rundir.lock`: a second evaluation into it is refused)
     4. sampling  `xrpo.rollout.validate.sample_and_score` in chunks of problems, each chunk with its own seed, through
                  the engine and renderer of `xrpo.eval.build` (test-time ICL prompts: `xrpo.eval.icl`); each
                  verified chunk is appended to per_problem/<dataset>.jsonl and flushed before the next one starts.
@@ -31,7 +31,7 @@ from xrpo.eval.model import resolve_model
 from xrpo.eval.results import make_results, write_results
 from xrpo.eval.settings import resolve_settings
 from xrpo.eval.spec import DataSpec, dataset_name, describe, load_dataset, parse_data_spec, slug
-from xrpo.trainer.runlock import RunLock
+from xrpo.rundir.lock import RunLock
 
 __all__ = ["evaluate"]
 

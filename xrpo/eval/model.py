@@ -133,7 +133,7 @@ class ResolvedModel:
 
 def resolve_model(spec: str) -> ResolvedModel:
     """Where the weights come from and which training config supplies the defaults (see `EvalConfig.model`)."""
-    from xrpo.trainer import checkpoint as ckpt
+    from xrpo.rundir.checkpoints import MARKER, list_checkpoints
     from xrpo.trainer.config import TrainConfig
     from xrpo.trainer.config_loader import load_run_config
 
@@ -141,11 +141,11 @@ def resolve_model(spec: str) -> ResolvedModel:
     if p.is_dir():
         ckpt_dir = run_dir = None
         if (p / "config.yaml").is_file() and (p / "checkpoints").is_dir():
-            found = ckpt.list_checkpoints(p)
+            found = list_checkpoints(p)
             if not found:
                 raise FileNotFoundError(f"model {spec}: the run directory has no complete checkpoint")
             run_dir, ckpt_dir = p, found[-1]
-        elif (p / "model").is_dir() and (p / ckpt.MARKER).is_file():
+        elif (p / "model").is_dir() and (p / MARKER).is_file():
             ckpt_dir = p
             if (p.parent.parent / "config.yaml").is_file():
                 run_dir = p.parent.parent

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xrpo.algo.config import is_int
-from xrpo.rollout.records import check_round_entry
+from xrpo.rundir.rounds import check_round_entry
 
 __all__ = ["make_report", "results_markdown"]
 
@@ -177,7 +177,7 @@ def _check_numbers(mapping: dict, keys, where: str, *, null: bool = True) -> Non
 def _read_records(path: Path, check=None) -> list[dict]:
     """The rows of one of the run's JSONL records (`read_lines`' rules: a last line cut short by a kill is skipped):
     JSON objects with an integer ``step``, each also passed to ``check(row, where)``."""
-    from xrpo.trainer.jsonl import read_lines
+    from xrpo.rundir.jsonl import read_lines
 
     rows = []
     for ln in read_lines(path, strict=True)[0]:
@@ -241,7 +241,7 @@ def _read_config(path: Path) -> dict:
     """The run's config.yaml ({} when absent), as far as the page reads it: a mapping of sections."""
     if not path.exists():
         return {}
-    from xrpo.trainer.config_loader import read_yaml
+    from xrpo.rundir.yamlfile import read_yaml
 
     config = read_yaml(path) or {}
     if not isinstance(config, dict):
@@ -261,7 +261,7 @@ def _last_per_step(rows: list[dict]) -> list[dict]:
 
 def _checkpoint_segments(run: Path) -> list[dict]:
     """The segments as of the latest checkpoint, for a run without summary.json (running, or killed)."""
-    from xrpo.trainer.checkpoint import CheckpointError, list_checkpoints, load_state
+    from xrpo.rundir.checkpoints import CheckpointError, list_checkpoints, load_state
 
     found = list_checkpoints(run)
     if not found:
@@ -309,7 +309,7 @@ def make_report(
     import numpy as np
 
     from xrpo.eval import plots
-    from xrpo.trainer.runlock import make_output_dir
+    from xrpo.rundir.lock import make_output_dir
 
     run = Path(run_dir)
     if not (run / "metrics.jsonl").is_file():

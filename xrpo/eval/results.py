@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xrpo.eval.config import EvalConfig
-from xrpo.trainer.checkpoint import write_atomic
+from xrpo.rundir.files import write_atomic
 
 __all__ = ["make_results", "write_results"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from xrpo.data import DataError, Problem
 from xrpo.eval.config import default_chunk_size
 from xrpo.eval.spec import slug
-from xrpo.trainer.checkpoint import write_atomic
+from xrpo.rundir.files import write_atomic
 
 __all__ = [
     "SAMPLE_SETTINGS",

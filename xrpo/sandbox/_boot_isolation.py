@@ -68,6 +68,10 @@ _GENERIC_SYSCALLS = {
     "epoll_create1": 20,
     "perf_event_open": 241,
     "userfaultfd": 282,
+    # host-wide kernel tables (docs/code.md, "Kernel tables shared by the whole host"): Linux AIO contexts count
+    # against fs.aio-max-nr, one number for the whole machine; joining another namespace
+    "io_setup": 0,
+    "setns": 268,
 }
 _X86_64_SYSCALLS = {
     "shmget": 29,
@@ -106,7 +110,35 @@ _X86_64_SYSCALLS = {
     "epoll_create1": 291,
     "perf_event_open": 298,
     "userfaultfd": 323,
+    "io_setup": 206,
+    "setns": 308,
 }
+# Syscalls refused by one of their arguments, by machine (generic = aarch64 and riscv64): (name, number, index of the
+# argument, the bits of its low 32 bits that refuse it). New namespaces (unshare, clone: each is kernel memory,
+# counted per user by user.max_*_namespaces and by no memory limit, and a user namespace's mounts would escape every
+# size limit); huge pages from the host's reserved pool (mmap's MAP_HUGETLB: vm.nr_hugepages, shared by the machine).
+_CLONE_NEW_ALL = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+_CLONE_NEWTIME = 0x80  # unshare only: in clone() the low byte is the exit signal
+_MAP_HUGETLB = 0x40000
+_ARG_RULES = {
+    "x86_64": (
+        ("unshare", 272, 0, _CLONE_NEW_ALL | _CLONE_NEWTIME),
+        ("clone", 56, 0, _CLONE_NEW_ALL),
+        ("mmap", 9, 3, _MAP_HUGETLB),
+    ),
+    "generic": (
+        ("unshare", 97, 0, _CLONE_NEW_ALL | _CLONE_NEWTIME),
+        ("clone", 220, 0, _CLONE_NEW_ALL),
+        ("mmap", 222, 3, _MAP_HUGETLB),
+    ),
+}
+# clone3 passes its flags in memory a filter cannot read: it is refused with ENOSYS, on which glibc's threads and
+# posix_spawn fall back to clone (EPERM would make every thread creation fail).
+_ENOSYS_SYSCALLS = {"x86_64": {"clone3": 435}, "generic": {"clone3": 435}}
+# the test's processes stay in its session: setsid returns 0 without leaving it (a filter each test process adds after
+# its own setsid). The kernel's autogroup shares the CPU between sessions, so a test that put each of many busy
+# processes in a session of its own would take that many shares of the machine from its neighbours.
+_SETSID = {"x86_64": 112, "generic": 157}
 # POSIX record locks (fcntl F_SETLK / F_SETLKW, their 64-bit twins, and the open-file-description F_OFD_SETLK /
 # F_OFD_SETLKW): each disjoint locked byte range is a ~200-byte `struct file_lock` of kernel memory, and no limit counts
 # them (Linux ignores RLIMIT_LOCKS, and since 6.8 no memory cgroup charges the file lock cache): 8 processes held
@@ -116,12 +148,58 @@ _FCNTL_LOCK_COMMANDS = (6, 7, 13, 14, 37, 38)
 # machine -> (AUDIT_ARCH_* of its native ABI, first syscall number of a second ABI on the same arch, table, fcntl's
 # number)
 _SECCOMP_ARCHES = {
-    "x86_64": (0xC000003E, 0x40000000, _X86_64_SYSCALLS, 72),  # numbers from 0x40000000 up: the x32 ABI
-    "aarch64": (0xC00000B7, None, _GENERIC_SYSCALLS, 25),
-    "riscv64": (0xC00000F3, None, _GENERIC_SYSCALLS, 25),
+    "x86_64": (0xC000003E, 0x40000000, _X86_64_SYSCALLS, 72, "x86_64"),  # from 0x40000000 up: the x32 ABI
+    "aarch64": (0xC00000B7, None, _GENERIC_SYSCALLS, 25, "generic"),
+    "riscv64": (0xC00000F3, None, _GENERIC_SYSCALLS, 25, "generic"),
 }
-_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
-_SECCOMP_RET_ALLOW, _SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | 1
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_JSET_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_EPERM, _SECCOMP_RET_ENOSYS = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+_SECCOMP_RET_SKIP = 0x00050000  # SECCOMP_RET_ERRNO with errno 0: the call is not made and returns 0
+
+
+def _filter(arch: int, second_abi, deny, enosys, rules, skip=()) -> list:
+    """Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}: any other ABI is refused whole
+    (i386's multiplexed ipc() and socketcall() would pass a list of native numbers); then one test per refused
+    number (EPERM), per `enosys` number (ENOSYS), per `skip` number (not run, returns 0: success without effect),
+    and per rule ``(name, nr, arg, refused)``: `refused` is a tuple of
+    values of the argument's low 32 bits (the kernel reads fcntl's command as an unsigned int) or an int of bits
+    (any of them set refuses). Arguments sit at offset 16 + 8 * index, low word first on these little-endian
+    machines. Jumps are forward offsets; "A", "D", "N" and "S" stand for the final allow, deny, ENOSYS and skip."""
+    ALLOW, DENY, NOSYS, SKIP = "A", "D", "N", "S"
+    prog = [
+        (_BPF_LD_W_ABS, 0, 0, 4),
+        (_BPF_JEQ_K, 1, 0, arch),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM),
+        (_BPF_LD_W_ABS, 0, 0, 0),
+    ]
+    if second_abi is not None:
+        prog.append((_BPF_JGE_K, DENY, 0, second_abi))
+    prog += [(_BPF_JEQ_K, DENY, 0, nr) for nr in deny]
+    prog += [(_BPF_JEQ_K, NOSYS, 0, nr) for nr in enosys]
+    prog += [(_BPF_JEQ_K, SKIP, 0, nr) for nr in skip]
+    for _name, nr, arg, refused in rules:
+        if isinstance(refused, tuple):
+            tests = [(_BPF_JEQ_K, DENY, 0, v) for v in refused]
+        else:
+            tests = [(_BPF_JSET_K, DENY, 0, refused)]
+        # not this syscall: skip the argument's load, its tests and the allow after them
+        prog.append((_BPF_JEQ_K, 0, len(tests) + 2, nr))
+        prog.append((_BPF_LD_W_ABS, 0, 0, 16 + 8 * arg))
+        prog += tests
+        prog.append((_BPF_JEQ_K, ALLOW, ALLOW, 0))  # this syscall, no refused value: allow
+        # the next rule compares the syscall number again
+        prog.append((_BPF_LD_W_ABS, 0, 0, 0))
+    prog += [
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ENOSYS),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_SKIP),
+    ]
+    where = {ALLOW: len(prog) - 4, DENY: len(prog) - 3, NOSYS: len(prog) - 2, SKIP: len(prog) - 1}
+    return [
+        (code, where[jt] - i - 1 if jt in where else jt, where[jf] - i - 1 if jf in where else jf, k)
+        for i, (code, jt, jf, k) in enumerate(prog)
+    ]
 
 
 class Libc:
@@ -145,38 +223,32 @@ class Libc:
         self.call("prctl", option, c(arg), c(0), c(0), c(0))
 
     def seccomp_deny(self, machine: str) -> bool:
-        """Install the filter refusing `_SECCOMP_ARCHES[machine]`'s syscalls and fcntl's POSIX record locks
-        (`_FCNTL_LOCK_COMMANDS`) on this process and all it starts; False where this machine has no table or the
-        kernel no seccomp filters. Needs no_new_privs."""
+        """Install the filter refusing `_SECCOMP_ARCHES[machine]`'s syscalls, fcntl's POSIX record locks
+        (`_FCNTL_LOCK_COMMANDS`), `_ARG_RULES` and `_ENOSYS_SYSCALLS` on this process and all it starts; False where
+        this machine has no table or the kernel no seccomp filters. Needs no_new_privs."""
         if machine not in _SECCOMP_ARCHES:
             return False
+        arch, second_abi, table, fcntl_nr, family = _SECCOMP_ARCHES[machine]
+        rules = _ARG_RULES[family] + (("fcntl", fcntl_nr, 1, _FCNTL_LOCK_COMMANDS),)
+        prog = _filter(arch, second_abi, sorted(set(table.values())), _ENOSYS_SYSCALLS[family].values(), rules)
+        return self._install(prog)
+
+    def session_lock(self, machine: str):
+        """A function that keeps the calling process and all it starts in its session (setsid returns 0 and does
+        nothing), or None where this machine has no seccomp table. Built once (the harness: the filter's structures
+        are made here), called in each test process."""
+        if machine not in _SECCOMP_ARCHES:
+            return None
+        arch, _, _, _, family = _SECCOMP_ARCHES[machine]
+        install = self._installer(_filter(arch, None, (), (), (), skip=[_SETSID[family]]))
+        return install
+
+    def _install(self, prog: list) -> bool:
+        return self._installer(prog)()
+
+    def _installer(self, prog: list):
+        """A function that installs the classic BPF program `prog` as a seccomp filter (True) or returns False."""
         ct = self.ctypes
-        arch, second_abi, table, fcntl_nr = _SECCOMP_ARCHES[machine]
-        numbers = sorted(set(table.values()))
-        # classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}: any other ABI is refused
-        # whole (i386's multiplexed ipc() and socketcall() would pass a list of native numbers), then one test per
-        # number, then fcntl's lock commands (args[1]'s low word, at offset 24 on these little-endian machines).
-        # Jumps are forward offsets; "A" and "D" stand for the final allow and deny.
-        ALLOW, DENY = "A", "D"
-        prog = [
-            (_BPF_LD_W_ABS, 0, 0, 4),
-            (_BPF_JEQ_K, 1, 0, arch),
-            (_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM),
-            (_BPF_LD_W_ABS, 0, 0, 0),
-        ]
-        if second_abi is not None:
-            prog.append((_BPF_JGE_K, DENY, 0, second_abi))
-        for nr in numbers:
-            prog.append((_BPF_JEQ_K, DENY, 0, nr))
-        prog += [(_BPF_JEQ_K, 0, ALLOW, fcntl_nr), (_BPF_LD_W_ABS, 0, 0, 24)]
-        for cmd in _FCNTL_LOCK_COMMANDS:
-            prog.append((_BPF_JEQ_K, DENY, 0, cmd))
-        prog += [(_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW), (_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM)]
-        where = {ALLOW: len(prog) - 2, DENY: len(prog) - 1}
-        prog = [
-            (code, where[jt] - i - 1 if jt in where else jt, where[jf] - i - 1 if jf in where else jf, k)
-            for i, (code, jt, jf, k) in enumerate(prog)
-        ]
 
         class Insn(ct.Structure):
             _fields_ = [("code", ct.c_uint16), ("jt", ct.c_uint8), ("jf", ct.c_uint8), ("k", ct.c_uint32)]
@@ -185,18 +257,17 @@ class Libc:
             _fields_ = [("len", ct.c_uint16), ("filter", ct.POINTER(Insn))]
 
         insns = (Insn * len(prog))(*(Insn(*i) for i in prog))
-        try:
-            self.call(
-                "prctl",
-                _PR_SET_SECCOMP,
-                ct.c_ulong(_SECCOMP_MODE_FILTER),
-                ct.byref(Prog(len(prog), insns)),
-                ct.c_ulong(0),
-                ct.c_ulong(0),
-            )
-        except OSError:
-            return False
-        return True
+        fprog = Prog(len(prog), insns)
+        args = (_PR_SET_SECCOMP, ct.c_ulong(_SECCOMP_MODE_FILTER), ct.byref(fprog), ct.c_ulong(0), ct.c_ulong(0))
+
+        def install() -> bool:
+            try:
+                self.call("prctl", *args)
+            except OSError:
+                return False
+            return insns is not None  # (the structures live as long as this function)
+
+        return install
 
     def new_session_keyring(self, machine: str) -> bool:
         """Join a fresh anonymous session keyring (KEYCTL_JOIN_SESSION_KEYRING): the caller's session keyring, which
@@ -244,6 +315,13 @@ def _mounts() -> list[tuple[str, int]]:
 _ROOT_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 _ROOT_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 _ROOT_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+# as on the host (udev, systemd): the standard streams and descriptors by name, links into the program's /proc
+_DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
 
 
 def setup_mounts(libc: Libc, job: dict, uid: int | None) -> bool:
@@ -288,8 +366,9 @@ def _remount_readonly(libc: Libc, under: str, skip: tuple, strict: bool) -> None
 
 def _setup_rootfs(libc: Libc, job: dict, uid: int | None) -> None:
     """A fresh root (a tmpfs over the caller's empty work dir) holding read-only binds of `_ROOT_DIRS`, the
-    interpreter's directories (their site-packages hidden), `_ROOT_FILES` and `_ROOT_DEVICES`; the work dir at its
-    own path; /proc. Then chroot into it: no other file of the machine exists for the program."""
+    interpreter's directories (their site-packages hidden but for the allowed packages), `_ROOT_FILES`,
+    `_ROOT_DEVICES` and `_DEV_LINKS`; the work dir at its own path; /proc. Then chroot into it: no other file of the
+    machine exists for the program."""
     workdir = job["workdir"]
     new = workdir
     os.umask(0o022)
@@ -338,9 +417,15 @@ def _setup_rootfs(libc: Libc, job: dict, uid: int | None) -> None:
     for f in _ROOT_DEVICES:
         if os.path.exists(f):
             bind(f, device=True)
+    os.makedirs(new + "/dev", exist_ok=True)
+    for name, target in _DEV_LINKS:
+        os.symlink(target, new + "/dev/" + name)
     for d in job.get("hidden_dirs", ()):  # the interpreter's site-packages: installed data stays out of reach
-        if os.path.isdir(new + d):
-            libc.mount("tmpfs", new + d, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, "mode=0555,size=4k")
+        if os.path.isdir(new + d):  # (read-only with the rest, below)
+            libc.mount("tmpfs", new + d, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0555,size=4k")
+    for d in job.get("package_dirs", ()):  # ... but for the packages the caller allows, back at their own paths
+        if os.path.isdir(d) and not os.path.exists(new + d):
+            bind(d)
     os.makedirs(new + workdir, exist_ok=True)
     _work_tmpfs(libc, job, uid, new + workdir)
     os.makedirs(new + "/proc", exist_ok=True)

@@ -27,8 +27,13 @@ __all__ = ["Limits", "SandboxResult", "TestOutcome", "probe", "run_program"]
 MODES = ("stdin", "call", "check")
 ISOLATION = ("auto", "strict", "minimal")
 _HERE = os.path.dirname(os.path.abspath(__file__))
-BOOT_PARTS = ("_boot_isolation.py", "_boot_check.py", "_boot_harness.py", "_boot.py")
+BOOT_PARTS = ("_boot_isolation.py", "_boot_check.py", "_boot_program.py", "_boot_harness.py", "_boot.py")
 """The boot's files, run in this order in one namespace inside the sandbox (`xrpo.sandbox._boot`)."""
+PACKAGES = ("numpy",)
+"""Third-party packages a program may import by default (`run_program`'s ``packages``), where installed."""
+MAX_STRETCH = 3
+"""Time a test or a program waited for a CPU (a loaded machine) extends its wall-clock limit, up to this many times
+the limit (`xrpo.sandbox._boot_harness`); the caller's hard limit allows for it."""
 # The boot's code travels compiled, ahead of the job in the job file: compiling its source in every run cost about
 # ten milliseconds, a sixth of a small program's run. The loader needs nothing but builtins.
 _BOOT_LOADER = (
@@ -41,11 +46,15 @@ _BOOT_LOADER = (
 
 @functools.lru_cache(maxsize=1)
 def _boot_code() -> bytes:
+    import importlib.machinery
+
     codes = []
     for name in BOOT_PARTS:
         path = os.path.join(_HERE, name)
-        with open(path, encoding="utf-8") as f:
-            codes.append(compile(f.read(), path, "exec"))
+        # read as the import system reads a module's source, so that a tool that serves another source for a path
+        # (tests/mutants/run_mutants.py) reaches the boot too
+        source = importlib.machinery.SourceFileLoader(f"xrpo.sandbox.{name[:-3]}", path).get_data(path)
+        codes.append(compile(source, path, "exec"))
     return marshal.dumps(codes)
 
 
@@ -215,20 +224,24 @@ def _count_processes(uid: int) -> int | None:
     return total
 
 
-# cgroup v2: each run in a cgroup of its own whose memory.max counts what the address-space limit cannot (memfd and
-# shared memory pages, files in its tmpfs, pipe and socket buffers, every process together). The harness and its
-# interpreter get this much on top of `memory_mb`.
+# cgroup v2: each run in a cgroup of its own. With the memory controller, memory.max counts what the address-space
+# limit cannot (memfd and shared memory pages, files in its tmpfs, pipe and socket buffers, every process together);
+# the harness and its interpreter get this much on top of `memory_mb`. With the cpu controller, cpu.max holds the run
+# to one CPU, whatever number of processes it starts, and runs share the machine by equal weights.
 _CGROUP_ENV = "XRPO_SANDBOX_CGROUP"
 _CGROUP_HARNESS_MB = 64
+_CGROUP_CONTROLLERS = ("memory", "cpu")
+_CPU_PERIOD_US = 100_000
 _cgroup_seq = itertools.count()
 
 
 @functools.lru_cache(maxsize=1)
-def _cgroup_parent() -> str | None:
-    """A cgroup v2 directory under which each run can get a child cgroup with the memory controller: the one named by
-    $XRPO_SANDBOX_CGROUP (a cgroup delegated to this user), else the root of the cgroup v2 hierarchy when the caller
-    itself sits in it (a VM or a privileged container whose processes all live in the root). None anywhere else:
-    hybrid hosts whose memory controller is cgroup v1, an unprivileged container, a systemd session."""
+def _cgroup_parent() -> tuple[str, tuple[str, ...]] | None:
+    """A cgroup v2 directory under which each run can get a child cgroup, and which of `_CGROUP_CONTROLLERS` its
+    children get: the one named by $XRPO_SANDBOX_CGROUP (a cgroup delegated to this user), else the root of the
+    cgroup v2 hierarchy when the caller itself sits in it (a VM or a privileged container whose processes all live
+    in the root). None where neither controller is available: hybrid hosts whose controllers are cgroup v1, an
+    unprivileged container, a systemd session."""
     path = os.environ.get(_CGROUP_ENV)
     try:
         if not path:
@@ -245,38 +258,49 @@ def _cgroup_parent() -> str | None:
             if not path:
                 return None
         with open(os.path.join(path, "cgroup.controllers")) as f:
-            if "memory" not in f.read().split():
-                return None
+            available = [c for c in _CGROUP_CONTROLLERS if c in f.read().split()]
         with open(os.path.join(path, "cgroup.subtree_control")) as f:
-            enabled = "memory" in f.read().split()
-        if not enabled:  # allowed only where no process lives in `path` itself (or it is the root)
-            with open(os.path.join(path, "cgroup.subtree_control"), "w") as f:
-                f.write("+memory")
+            enabled = f.read().split()
+        controllers = []
+        for c in available:
+            if c not in enabled:  # allowed only where no process lives in `path` itself (or it is the root)
+                try:
+                    with open(os.path.join(path, "cgroup.subtree_control"), "w") as f:
+                        f.write("+" + c)
+                except OSError:
+                    continue
+            controllers.append(c)
     except (OSError, IndexError):
         return None
-    return path
+    return (path, tuple(controllers)) if controllers else None
 
 
-def _make_cgroup(limits: Limits) -> str | None:
-    """A fresh cgroup for one run with its memory limit set, or None where cgroup v2 is not available here (the
-    boot joins it, and lists ``cgroup`` among the layers only if that worked)."""
+def _make_cgroup(limits: Limits) -> tuple[str, tuple[str, ...]] | None:
+    """A fresh cgroup for one run with its memory and CPU limits set, and the controllers it has; None where cgroup
+    v2 is not available here (the boot joins it, and lists ``cgroup`` / ``cpu_max`` among the layers only if that
+    worked)."""
     parent = _cgroup_parent()
     if parent is None:
         return None
-    path = os.path.join(parent, f"xrpo-sandbox-{os.getpid()}-{next(_cgroup_seq)}")
+    parent_path, controllers = parent
+    path = os.path.join(parent_path, f"xrpo-sandbox-{os.getpid()}-{next(_cgroup_seq)}")
     try:
         os.mkdir(path)
-        with open(os.path.join(path, "memory.max"), "w") as f:
-            f.write(str((limits.memory_mb + _CGROUP_HARNESS_MB) * 2**20))
-        try:
-            with open(os.path.join(path, "memory.swap.max"), "w") as f:
-                f.write("0")
-        except OSError:  # no swap accounting on this kernel: nothing to turn off
-            pass
+        if "memory" in controllers:
+            with open(os.path.join(path, "memory.max"), "w") as f:
+                f.write(str((limits.memory_mb + _CGROUP_HARNESS_MB) * 2**20))
+            try:
+                with open(os.path.join(path, "memory.swap.max"), "w") as f:
+                    f.write("0")
+            except OSError:  # no swap accounting on this kernel: nothing to turn off
+                pass
+        if "cpu" in controllers:
+            with open(os.path.join(path, "cpu.max"), "w") as f:
+                f.write(f"{_CPU_PERIOD_US} {_CPU_PERIOD_US}")  # one CPU's time per period
     except OSError:
         _remove_cgroup(path)
         return None
-    return path
+    return path, controllers
 
 
 def _remove_cgroup(path: str) -> None:
@@ -293,6 +317,52 @@ def _remove_cgroup(path: str) -> None:
             return
         except OSError:
             time.sleep(0.005)
+
+
+def _write_inputs(path: str, mode: str, inputs: list) -> tuple[list[tuple[int, int]], int]:
+    """Every test's input in one file, which the harness reads one test at a time: stdin text as UTF-8 (lone
+    surrogates kept), call arguments marshalled. Returns the (offset, size) of each and the largest size."""
+    spans, offset, largest = [], 0, 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "wb") as f:
+        for i, x in enumerate(inputs):
+            if mode == "stdin":
+                data = x.encode("utf-8", "surrogatepass") if isinstance(x, str) else b""
+            elif mode == "call":
+                try:
+                    data = marshal.dumps(x)
+                except ValueError as e:  # an input that is not plain data
+                    raise ValueError(
+                        f"inputs[{i}]: expected JSON-like data (str, numbers, lists, dicts), got: {e}"
+                    ) from None
+            else:
+                data = b""
+            f.write(data)
+            spans.append((offset, len(data)))
+            offset += len(data)
+            largest = max(largest, len(data))
+    return spans, largest
+
+
+@functools.lru_cache(maxsize=8)
+def _package_dirs(names: tuple[str, ...]) -> dict[str, list[str]]:
+    """name -> [the directory of the installed package `name`, and the libraries a wheel bundles beside it
+    (``numpy.libs``)] for each of `names` this interpreter has; nothing is imported."""
+    import importlib.util
+
+    out = {}
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"packages: expected top-level package names, got {name!r}")
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        where = os.path.realpath(list(spec.submodule_search_locations)[0])
+        out[name] = [where] + ([where + ".libs"] if os.path.isdir(where + ".libs") else [])
+    return out
 
 
 def _env(workdir: str) -> dict[str, str]:
@@ -321,6 +391,7 @@ def run_program(
     isolation: str = "auto",
     stop_on_failure: bool = False,
     on_test: Callable[[int, TestOutcome], TestOutcome] | None = None,
+    packages: tuple[str, ...] = PACKAGES,
 ) -> SandboxResult:
     """Run `code` once per element of `inputs` in a sandbox (module docstring) and report what each run did.
 
@@ -341,6 +412,8 @@ def run_program(
             everything it printed and returned; the result keeps the `TestOutcome` it returns instead. A caller that
             compares here and returns a slim outcome holds one test's output at a time (at most about twice
             ``max_output_bytes``); without it the result keeps every test's output.
+        packages: third-party packages the program may import, each where this interpreter has it installed (a
+            package it does not have is skipped): only these, not the rest of their site-packages.
 
     Never raises for anything the program does (an exception raised by `on_test` is passed on, after the run is
     killed and cleaned up); raises ValueError for bad arguments.
@@ -370,10 +443,20 @@ def run_program(
     try:
         if slot is not None:
             os.chown(workdir, slot.uid, slot.uid)
+        inputs_path = os.path.join(workdir, ".inputs")
+        spans, largest = _write_inputs(inputs_path, mode, inputs)
+        allowed = _package_dirs(tuple(packages))
         job = {
             "code": code,
             "mode": mode,
-            "inputs": inputs,
+            "inputs_path": inputs_path,
+            "spans": spans,
+            # what the harness holds beside the program: one test's input (its arguments as objects in call mode)
+            # and output (stdout and a returned value, up to the cap each), and its interpreter
+            "harness_mb": 64 + -(-((8 if mode == "call" else 1) * largest + 2 * limits.max_output_bytes) // 2**20),
+            "max_stretch": MAX_STRETCH,
+            "packages": {name: os.path.dirname(dirs[0]) for name, dirs in allowed.items()},
+            "package_dirs": [d for dirs in allowed.values() for d in dirs],
             "fn_name": fn_name,
             "check_path": None,
             "entry_point": entry_point,
@@ -389,7 +472,8 @@ def run_program(
             "caller_uid": os.getuid(),
             "caller_gid": os.getgid(),
             "nproc_base": None if root else _count_processes(os.getuid()),
-            "cgroup": cgroup,
+            "cgroup": cgroup[0] if cgroup else None,
+            "cgroup_controllers": cgroup[1] if cgroup else (),
         }
         if mode == "check":
             job["check_path"] = os.path.join(workdir, ".check")
@@ -400,10 +484,7 @@ def run_program(
         fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with open(fd, "wb") as f:
             f.write(_boot_code())
-            try:
-                marshal.dump(job, f)
-            except ValueError as e:  # an input that is not plain data
-                raise ValueError(f"inputs: expected JSON-like data (str, numbers, lists, dicts), got: {e}") from None
+            marshal.dump(job, f)
         import subprocess
 
         proc = subprocess.Popen(
@@ -416,12 +497,12 @@ def run_program(
             start_new_session=True,
             close_fds=True,
         )
-        err, killed = _collect(proc, t0 + limits.sample_timeout + _STARTUP_GRACE_S, frames)
+        err, killed = _collect(proc, t0 + MAX_STRETCH * limits.sample_timeout + _STARTUP_GRACE_S, frames)
     finally:
         if proc is not None:
             _kill_group(proc)
         if cgroup is not None:
-            _remove_cgroup(cgroup)
+            _remove_cgroup(cgroup[0])
         if slot is not None and "pidns" not in (frames.layers or ()):
             # Without a PID namespace, processes of the slot uid may remain (ones that called setsid); with one,
             # they died with the harness, the namespace's init.

@@ -1,6 +1,6 @@
 """Success rates: the mixture language of ``--dist`` (:func:`parse_mixture`) and the rates measured in a training
 run's rounds.jsonl (:func:`read_rounds_counts`: the trainer's and the verl driver's rows,
-`xrpo.rollout.records.round_entry`)."""
+`xrpo.rundir.rounds.round_entry`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from xrpo.algo.stats import mean_ci
-from xrpo.rollout.records import check_round_entry
-from xrpo.trainer.jsonl import read_lines
+from xrpo.rundir.jsonl import read_lines
+from xrpo.rundir.rounds import check_round_entry
 
 __all__ = ["parse_mixture", "parse_steps", "read_rounds_counts", "read_rounds_rates"]
 

@@ -358,10 +358,10 @@ def latency_rows(cfg: SimConfig) -> list[dict]:
 
 def _coerce(name: str, text: str) -> Any:
     """A sweep value for field ``name`` from its text, converted as the command line converts it
-    (`xrpo.trainer.fields.coerce`); "none" is None for an optional field."""
+    (`xrpo.rundir.fields.coerce`); "none" is None for an optional field."""
     import typing
 
-    from xrpo.trainer.fields import coerce, strip_optional, type_name
+    from xrpo.rundir.fields import coerce, strip_optional, type_name
 
     ftype = typing.get_type_hints(SimConfig)[name]
     if strip_optional(ftype)[1] and text.lower() == "none":

@@ -7,9 +7,9 @@ import json
 import math
 from pathlib import Path
 
+from xrpo.rundir.files import write_atomic
+from xrpo.rundir.lock import make_output_dir
 from xrpo.sim.runner import SimConfig, parse_sweep, simulate, sweep
-from xrpo.trainer.checkpoint import write_atomic
-from xrpo.trainer.runlock import make_output_dir
 
 __all__ = ["METRICS", "markdown_table", "run_cli", "sweep_table"]
 

@@ -3,7 +3,7 @@ and the docs), and the cross-field checks of `TrainConfig.validate()`, run befor
 
 Building a config (defaults < the method preset < a YAML file < ``section.field=value`` overrides) is
 `xrpo.trainer.config_loader`'s; reading the field docstrings and converting a value to a field's type is
-`xrpo.trainer.fields`'.
+`xrpo.rundir.fields`'.
 
 The method's knobs are declared once, in the sections of `xrpo.algo.config`; `MethodConfig` (and `RolloutConfig` for
 the ICL prompt knobs) inherit them, so a knob keeps its flat key (``method.lam_nov``), as in verl's

@@ -2,7 +2,7 @@
 named by ``method.name`` (`xrpo.algo.presets`), a YAML file (with its ``base`` files), and ``section.field=value``
 overrides from the command line; its dict form (a run's config.yaml) and back; and `xrpo train --help`'s text.
 
-Values are converted to each field's declared type by `xrpo.trainer.fields.coerce` (pydantic's `TypeAdapter`; a
+Values are converted to each field's declared type by `xrpo.rundir.fields.coerce` (pydantic's `TypeAdapter`; a
 command-line string is read as YAML first, except for a str field).
 """
 
@@ -15,11 +15,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from xrpo.algo.presets import get_preset, list_presets
+from xrpo.rundir.fields import coerce, field_docs
+from xrpo.rundir.yamlfile import read_yaml
 from xrpo.trainer.config import SECTIONS, TrainConfig
-from xrpo.trainer.fields import coerce, field_docs
 
 __all__ = [
     "build_config",
@@ -28,7 +27,6 @@ __all__ = [
     "help_text",
     "load_config_file",
     "load_run_config",
-    "read_yaml",
     "to_dict",
 ]
 
@@ -160,47 +158,6 @@ def load_run_config(path: str | Path) -> TrainConfig:
         return from_dict(values)
     except ValueError as e:
         raise ValueError(f"{p}: {e}") from None
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load's loader, refusing a key given twice in one mapping (PyYAML keeps the last silently: a second
-    ``optim:`` section would drop the first one's fields)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: the base class reports it
-                continue
-            if first is not None:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice (first on line {first})", key_node.start_mark
-                )
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep)
-
-
-def read_yaml(p: Path) -> Any:
-    """The YAML value of file ``p``; FileNotFoundError when there is none, ValueError naming the file (and line) when
-    it is not a file, not UTF-8 or not YAML."""
-    if not p.is_file():
-        if p.exists():
-            raise ValueError(f"{p} is not a file; expected a YAML file")
-        raise FileNotFoundError(f"{p} does not exist")
-    try:
-        return yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
-    except UnicodeDecodeError as e:
-        line = p.read_bytes().count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{p} line {line}: not valid UTF-8 ({e.reason}); expected a YAML text file") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        what = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ValueError(f"{p}: not valid YAML ({what}{where})") from None
 
 
 def help_text() -> str:

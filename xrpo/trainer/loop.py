@@ -40,7 +40,7 @@ prompts, records, and trainer/ logging, trackers, records, logprobs, setup. The 
 rule (CONTRIBUTING.md), so that count is not brought to 8 by merging files. (#30's last note counted 26 by a rule
 it did not record; this rule gives 28 both before and after #30 part C.)
 
-One process writes a run directory at a time: it holds the directory's lock (xrpo.trainer.runlock) from setup to end.
+One process writes a run directory at a time: it holds the directory's lock (xrpo.rundir.lock) from setup to end.
 
 Steps 2 and 4 live in `xrpo.trainer.update`; docs/methods.md ("The policy update") explains why the old log-probs, the
 policy forward, the reference log-probs and s(y) are all taken under the training prompt at the sampling temperature
@@ -83,14 +83,24 @@ from xrpo.rollout.engine import RolloutEngine, SamplingParams
 from xrpo.rollout.records import PlanConfig, PlanResult
 from xrpo.rollout.sources import SourceContext, batch_advantages, build_source
 from xrpo.rollout.validate import sample_and_score
-from xrpo.trainer import checkpoint as ckpt
+from xrpo.rundir.checkpoints import (
+    CheckpointError,
+    checkpoint_dir,
+    find_resume_checkpoint,
+    list_checkpoints,
+    load_state,
+    refuse_existing_run,
+    update_state,
+)
+from xrpo.rundir.files import write_atomic
+from xrpo.rundir.lock import RunLock
+from xrpo.trainer.checkpoint import load_training_state, save_checkpoint
 from xrpo.trainer.config import TrainConfig
 from xrpo.trainer.config_loader import load_run_config, to_dict
 from xrpo.trainer.logging import MechanismTotals, RunLogger
 from xrpo.trainer.memory import format_estimate
 from xrpo.trainer.preempt import StopSignals, TrainingStopped
 from xrpo.trainer.preflight import check_before_loading
-from xrpo.trainer.runlock import RunLock
 from xrpo.trainer.setup import (
     autocast_dtype,
     build_engine,
@@ -164,10 +174,10 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
     state: dict = {}
     ckpt_path = None
     if resume:
-        ckpt_path = ckpt.find_resume_checkpoint(resume)
+        ckpt_path = find_resume_checkpoint(resume)
         output = ckpt_path.parent.parent
         lock = held.enter_context(RunLock(output, "xrpo train --resume", log=log))
-        state = ckpt.load_state(ckpt_path)
+        state = load_state(ckpt_path)
         cfg = load_run_config(output / "config.yaml")
         check_before_loading(cfg)
         log(f"resuming {output} from {ckpt_path.name}")
@@ -176,7 +186,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
         check_before_loading(cfg)  # every check that needs no model or data: a bad config fails in a second
         output = Path(cfg.output or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S"))
         lock = held.enter_context(RunLock(output, "xrpo train", log=log))  # a live run there: refused, untouched
-        ckpt.refuse_existing_run(output)
+        refuse_existing_run(output)
         cfg.output = str(output)
         (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     lock.claim()
@@ -260,11 +270,11 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
     start_step = 0
     history: list[dict] = []
     if ckpt_path is not None:
-        ckpt.load_training_state(ckpt_path, optimizer, scheduler)
+        load_training_state(ckpt_path, optimizer, scheduler)
         try:
             source.load_state_dict(state)
         except (KeyError, ValueError) as e:
-            raise ckpt.CheckpointError(
+            raise CheckpointError(
                 f"checkpoint {ckpt_path} does not hold this method's batch source state: {e}"
             ) from None
         start_step = state["step"]
@@ -295,7 +305,7 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
             "totals": totals.state(),
             **logger.checkpoint_state(step),
         }
-        ckpt.save_checkpoint(
+        save_checkpoint(
             output,
             step,
             model=model,
@@ -378,15 +388,15 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
             save(step)
         if stop.signum is not None and step < cfg.steps:
             # -------- preempted (SIGTERM / SIGINT): this step is done; its checkpoint lets the next segment go on
-            if ckpt.list_checkpoints(output)[-1:] != [ckpt.checkpoint_dir(output, step)]:
+            if list_checkpoints(output)[-1:] != [checkpoint_dir(output, step)]:
                 save(step)
             logger.close_segment(step)
             raise TrainingStopped(
                 f"stopped by {stop.name} after step {step} of {cfg.steps}; checkpoint "
-                f"{ckpt.checkpoint_dir(output, step)}. Continue with: xrpo train --resume {output}",
+                f"{checkpoint_dir(output, step)}. Continue with: xrpo train --resume {output}",
                 signum=stop.signum,
                 step=step,
-                checkpoint=str(ckpt.checkpoint_dir(output, step)),
+                checkpoint=str(checkpoint_dir(output, step)),
             )
 
     # ================================================================ end
@@ -398,14 +408,12 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
     else:
         after = validate(final_step)
         logger.log_eval(final_step, after)
-    if not ckpt.list_checkpoints(output) or ckpt.list_checkpoints(output)[-1].name != f"step-{final_step:08d}":
+    if not list_checkpoints(output) or list_checkpoints(output)[-1].name != f"step-{final_step:08d}":
         save(final_step)
     else:
         # the final checkpoint was written before the final validation: it learns it (a resumed run then keeps its
         # row) and this segment's end, after the row is logged (a kill in between: the row is set aside, redone)
-        ckpt.update_state(
-            ckpt.list_checkpoints(output)[-1], eval_history=history, **logger.checkpoint_state(final_step)
-        )
+        update_state(list_checkpoints(output)[-1], eval_history=history, **logger.checkpoint_state(final_step))
     key = "eval/pass@1"
     summary = {
         "method": m.name,
@@ -421,8 +429,8 @@ def _train(cfg: TrainConfig, resume: str | None, log, on_step, plots, held: Exit
         **source.summary(),  # CurES: its warm-up and how much of the training set its posterior saw
         **logger.run_totals(final_step),  # wall time, rollouts, tokens over every segment of a resumed run
         "output": str(output),
-        "final_checkpoint": str(ckpt.list_checkpoints(output)[-1]),
+        "final_checkpoint": str(list_checkpoints(output)[-1]),
     }
-    ckpt.write_atomic(output / "summary.json", json.dumps(summary, indent=1))
+    write_atomic(output / "summary.json", json.dumps(summary, indent=1))
     logger.close(summary)
     return summary

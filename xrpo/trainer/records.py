@@ -26,8 +26,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from xrpo.trainer.checkpoint import fsync_dir, set_aside_later_checkpoints, write_atomic
-from xrpo.trainer.jsonl import read_jsonl, read_lines
+from xrpo.rundir.checkpoints import set_aside_later_checkpoints
+from xrpo.rundir.files import fsync_dir, write_atomic
+from xrpo.rundir.jsonl import read_jsonl, read_lines
 
 # the per-step records of a run; each row has a "step"
 RECORDS = ("metrics.jsonl", "rounds.jsonl", "samples.jsonl", "eval.jsonl")
@@ -44,7 +45,7 @@ def discarded_path(path: Path) -> Path:
 
 def _read_rows(path: Path) -> list[tuple[str, dict | None]]:
     """(raw line, row) pairs; a last line cut short by a kill is (raw, None). Any other bad line is an error. Lines
-    are kept byte for byte, so no row is recovered from a glued line (`xrpo.trainer.jsonl.read_lines`)."""
+    are kept byte for byte, so no row is recovered from a glued line (`xrpo.rundir.jsonl.read_lines`)."""
     lines, _ = read_lines(
         path, strict=True, glued=False, keep_unreadable=True, why="; cannot bring the record back to the checkpoint"
     )

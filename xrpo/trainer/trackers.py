@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from xrpo.trainer.checkpoint import write_atomic
+from xrpo.rundir.files import write_atomic
 from xrpo.trainer.config_loader import flatten
 from xrpo.trainer.records import TB_DIR
 

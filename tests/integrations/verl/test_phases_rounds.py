@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("verl")
 
 from xrpo.integrations.verl.phases import append_rounds  # noqa: E402
-from xrpo.rollout.records import round_entry  # noqa: E402
+from xrpo.rundir.rounds import round_entry  # noqa: E402
 from xrpo.sim.runner import read_rounds_counts  # noqa: E402
 
 

@@ -36,7 +36,7 @@ import torch
 from xrpo.algo.rounds import PromptHistory, get_allocator
 from xrpo.icl import build_icl_prompt
 from xrpo.rollout.cures import last_visit_state, observe_visit, visit_history
-from xrpo.trainer.checkpoint import write_atomic
+from xrpo.rundir.files import write_atomic
 
 __all__ = [
     "HISTORY_FILE",
@@ -410,7 +410,7 @@ def trained_rows(batch) -> dict:
 
 def append_rounds(path: str, step: int, rounds: Sequence[dict]) -> None:
     """Append a step's rounds to ``path`` as `xrpo train` writes rounds.jsonl: one ``{"step": step, **round}`` row per
-    round (`xrpo.rollout.records.round_entry`'s keys), so `xrpo simulate --rounds-file` and the study read a verl run's
+    round (`xrpo.rundir.rounds.round_entry`'s keys), so `xrpo simulate --rounds-file` and the study read a verl run's
     rounds as a trainer run's. A resumed run appends its redone steps; the readers keep a step's last block."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a") as f:

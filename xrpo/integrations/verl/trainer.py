@@ -59,8 +59,8 @@ from xrpo.integrations.verl.phases import (
     trained_rows,
 )
 from xrpo.rollout.corpus import update_corpus
-from xrpo.rollout.records import round_entry
 from xrpo.rollout.step import rollout_metrics
+from xrpo.rundir.rounds import round_entry
 
 __all__ = [
     "CORPUS_DIR",

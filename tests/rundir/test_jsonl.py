@@ -1,8 +1,8 @@
-"""xrpo.trainer.jsonl.read_jsonl: a run's JSONL log as a report reads it after the fact."""
+"""xrpo.rundir.jsonl.read_jsonl: a run's JSONL log as a report reads it after the fact."""
 
 from __future__ import annotations
 
-from xrpo.trainer.jsonl import read_jsonl
+from xrpo.rundir.jsonl import read_jsonl
 
 
 def test_rows_and_unreadable_lines(tmp_path):
@@ -21,7 +21,7 @@ def test_rows_and_unreadable_lines(tmp_path):
 def test_strict_refuses_a_bad_line_inside_the_file_naming_it(tmp_path):
     import pytest
 
-    from xrpo.trainer.jsonl import read_lines
+    from xrpo.rundir.jsonl import read_lines
 
     p = tmp_path / "rounds.jsonl"
     p.write_text('{"step": 1}\n{not json\n{"step": 2}\n')
@@ -54,7 +54,7 @@ def test_strict_refuses_a_bad_line_inside_the_file_naming_it(tmp_path):
 def test_bytes_that_are_not_utf8_or_a_number_json_cannot_read_name_the_line(tmp_path):
     import pytest
 
-    from xrpo.trainer.jsonl import read_lines
+    from xrpo.rundir.jsonl import read_lines
 
     p = tmp_path / "metrics.jsonl"
     p.write_bytes(b'{"step": 1}\n{"step": 2, "x": "\xe9"}\n{"step": 3}\n')
