@@ -190,13 +190,7 @@ def main(argv: list[str] | None = None, log=print) -> int:
     except (StudyDataError, ValueError) as e:
         print(f"learning: error: {e}", file=sys.stderr)
         rc = 2
-    for spec, seg in failed:
-        why = seg.get("error") or f"exit {seg['rc']}"
-        print(
-            f"learning: {spec.method} seed{spec.seed} failed ({why}); log: {spec.path / 'study.log'}; run the same "
-            "command again to retry it",
-            file=sys.stderr,
-        )
+    run_study.report_failures(failed, "learning")
     return 1 if failed else rc
 
 

@@ -466,14 +466,19 @@ def main(argv: list[str] | None = None, log=print) -> int:
     except (StudyError, report.StudyDataError) as e:
         print(f"study: error: {e}", file=sys.stderr)
         rc = 2
+    report_failures(failed, "study")
+    return 1 if failed else rc
+
+
+def report_failures(failed: list[tuple[Spec, dict]], prog: str) -> None:
+    """One line on stderr per failed run: why, its log, and that the same command retries it."""
     for spec, seg in failed:
         why = seg.get("error") or f"exit {seg['rc']}"
         print(
-            f"study: {spec.method} seed{spec.seed} failed ({why}); log: {spec.path / 'study.log'}; run the same "
+            f"{prog}: {spec.method} seed{spec.seed} failed ({why}); log: {spec.path / 'study.log'}; run the same "
             f"command again to retry it",
             file=sys.stderr,
         )
-    return 1 if failed else rc
 
 
 if __name__ == "__main__":

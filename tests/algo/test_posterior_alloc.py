@@ -174,7 +174,9 @@ def test_mixed_prompts_share_the_pool_evenly():
     assert_array_equal(posterior_allocation([1, 2, 1], [4, 4, 4], 0), [0, 0, 0])
 
 
-def test_posterior_allocation_matches_brute_force():
+@pytest.mark.parametrize("power", [1.0, 0.75, 0.5, 0.25, 0.0])
+def test_posterior_allocation_matches_brute_force(power):
+    # power 1: the pooled fast path; below: the DP over every prompt (step 4)
     rng = np.random.default_rng(3)
     for trial in range(120):
         Q = int(rng.integers(1, 4))
@@ -187,11 +189,12 @@ def test_posterior_allocation_matches_brute_force():
             kw = {"history_successes": rng.binomial(8, 0.5, Q), "history_trials": np.full(Q, 8)}
         if trial % 3 == 2:
             kw = {"prior": (float(rng.uniform(0.2, 3)), float(rng.uniform(0.2, 3)))}
-        x = posterior_allocation(k, m, B, max_per_prompt=caps, **kw)
+        x = posterior_allocation(k, m, B, max_per_prompt=caps, size_power=power, **kw)
         assert x.sum() == B and np.all(x <= caps) and np.all(x >= 0)
         # exact below max_units: the DP's total equals the best total over all allocations (sums of a few terms
         # of size <= 10: equal up to ~1e-13)
-        assert _objective(k, m, x, **kw) == pytest.approx(_brute_force(k, m, B, caps, **kw), abs=1e-12)
+        got = _objective(k, m, x, power, **kw)
+        assert got == pytest.approx(_brute_force(k, m, B, caps, power, **kw), abs=1e-12)
 
 
 def test_large_budgets_are_planned_in_units():
@@ -458,23 +461,6 @@ def test_size_power_spreads_the_round_to_flat_prompts():
     assert_array_equal(posterior_allocation([1, 0], [2, 2], 2, size_power=0.0), [0, 2])
     # gamma = 1/2 with both mixed: concave values, the round is split evenly
     assert_array_equal(posterior_allocation([1, 1], [2, 2], 4, size_power=0.5), [2, 2])
-
-
-def test_size_power_allocation_matches_brute_force():
-    rng = np.random.default_rng(5)
-    for trial in range(120):
-        Q = int(rng.integers(1, 4))
-        m = rng.integers(1, 6, Q)
-        k = rng.binomial(m, rng.choice([0.0, 0.3, 1.0], Q))
-        caps = rng.integers(0, 6, Q)
-        B = int(rng.integers(0, caps.sum() + 1))
-        power = float(rng.choice([0.0, 0.25, 0.5, 0.75]))
-        kw = {"history_successes": rng.binomial(8, 0.5, Q), "history_trials": np.full(Q, 8)} if trial % 2 else {}
-        x = posterior_allocation(k, m, B, max_per_prompt=caps, size_power=power, **kw)
-        assert x.sum() == B and np.all(x <= caps) and np.all(x >= 0)
-        # exact below max_units (sums of a few terms of size <= 4: equal up to ~1e-13)
-        got = _objective(k, m, x, power, **kw)
-        assert got == pytest.approx(_brute_force(k, m, B, caps, power, **kw), abs=1e-12)
 
 
 def test_size_power_above_max_units_plans_in_units():
