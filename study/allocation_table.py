@@ -1,5 +1,6 @@
-"""Allocation beyond the paper (issue #33, item 3): uniform, HRP, greedy HRP, Knapsack RL, xrpo-plus (and its
-ablations) and the best allocation in hindsight, side by side at equal budget in the allocation simulator.
+"""Allocation beyond the paper: uniform, HRP, greedy HRP, Knapsack RL (the authors' rule, and the rule read from its
+paper's description as knapsack-leftover / knapsack-jeffreys), xrpo-plus (and its ablations) and the best allocation
+in hindsight, side by side at equal budget in the allocation simulator.
 
 Two sets of success rates:
     grid       the distributions of `study/share_feasibility.py`'s grid that meet issue #19's regime criteria (68 with
@@ -42,6 +43,7 @@ from xrpo.sim.runner import SimConfig, simulate  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ["uniform", "hrp", "hrp-greedy", "knapsack", "xrpo-plus", "oracle"]
 ABLATIONS = [
+    "knapsack-leftover",
     "knapsack-jeffreys",
     "xrpo-plus-no-history",
     "xrpo-plus-batch-prior",
@@ -53,7 +55,8 @@ METHODS = MAIN[:-1] + ABLATIONS + MAIN[-1:]
 LABEL = {
     "hrp": "HRP (paper, proportional)",
     "hrp-greedy": "HRP greedy",
-    "knapsack": "Knapsack RL",
+    "knapsack": "Knapsack RL (authors' code)",
+    "knapsack-leftover": "knapsack-leftover (from the description)",
     "xrpo-plus": "**xrpo-plus**",
     "oracle": "best in hindsight",
 }

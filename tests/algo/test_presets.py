@@ -23,7 +23,8 @@ from xrpo.algo.presets import (
 DESIGN_KNOBS = (
     "policy_loss clip_low clip_high loss_agg kl_coef kl_estimator"  # LossConfig
     " adv_scale tree_advantage"  # AdvantageConfig
-    " allocation n_base plan_rounds alpha lam alloc_mode max_extra_per_prompt group_size_power"  # AllocationConfig
+    " allocation n_base plan_rounds alpha lam alloc_mode max_extra_per_prompt group_size_power"
+    " knapsack_fallback knapsack_max_n knapsack_window knapsack_min_rewards knapsack_zero_at_floor"  # AllocationConfig
     " icl icl_k"  # ICLConfig
     " sharpen icl_novelty lam_nov kappa_clip full_reward"  # SharpenConfig
     " sampler dynamic_sampling max_gen_batches"  # BatchConfig
@@ -75,6 +76,11 @@ VALID = {
     "alloc_mode": lambda v: v in ("proportional", "greedy"),
     "max_extra_per_prompt": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
     "group_size_power": lambda v: _is_real(v) and 0 <= v <= 1,
+    "knapsack_fallback": lambda v: v in ("authors", "leftover", "jeffreys"),
+    "knapsack_max_n": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
+    "knapsack_window": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    "knapsack_min_rewards": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "knapsack_zero_at_floor": lambda v: isinstance(v, bool),
     "full_reward": lambda v: _is_real(v),
     "icl": lambda v: isinstance(v, bool),
     "icl_k": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,

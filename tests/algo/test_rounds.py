@@ -14,6 +14,7 @@ from xrpo.algo.allocation import allocate_round, plan_phases, split_budget
 from xrpo.algo.config import AllocationConfig, CuresConfig, check_knobs
 from xrpo.algo.cures import beta_posterior, gradient_std, posterior_mean, rollout_counts
 from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.knapsack_rl import authors_allocation, recent_rate
 from xrpo.algo.posterior_alloc import posterior_allocation
 from xrpo.algo.rounds import (
     ALLOCATORS,
@@ -24,6 +25,7 @@ from xrpo.algo.rounds import (
     cap_error,
     cures_select,
     get_allocator,
+    history_window,
     is_nonuniform,
     plan_round,
     plans_rounds,
@@ -153,9 +155,57 @@ def test_knapsack_and_xrpo_plus_are_registered_with_their_flags():
     check_knobs(AllocationConfig(allocation="xrpo-plus"))
 
 
+def test_the_knapsack_allocator_is_the_authors_rule_on_the_reward_window():
+    # prompts seen 8, 8, 8, 20 and 4 times: the last is too short for the estimate (4 < knapsack_min_rewards 8), the
+    # fourth's last visit of 20 >= the window 16 is its rate alone (10 / 20)
+    hist = PromptHistory(
+        successes=np.array([0, 2, 8, 10, 3]),
+        trials=np.array([8, 8, 8, 20, 4]),
+        recent_successes=np.array([0, 2, 8, 9, 3]),
+        recent_trials=np.array([8, 8, 8, 16, 4]),
+        observed=np.array([8, 8, 8, 20, 4]),
+    )
+    knobs = AllocationConfig(allocation="knapsack")
+    assert knobs.knapsack_fallback == "authors" and history_window(knobs) == 16
+    rate, valid = recent_rate(*hist, window=16, min_rewards=8)
+    assert rate.tolist()[:4] == [0.0, 0.25, 1.0, 0.5] and valid.tolist() == [True] * 4 + [False]
+    got = batch_counts(knobs, 5, 40, hist)
+    assert got.tolist() == authors_allocation(rate, valid, 40, n_min=2, n_max=128).tolist()
+    # the knobs reach the rule: the window, the least rewards, the cap, the floor's value
+    for change in ({"knapsack_min_rewards": 4}, {"knapsack_max_n": 3}):
+        k2 = dataclasses.replace(knobs, **change)
+        r2, v2 = recent_rate(*hist, window=k2.knapsack_window, min_rewards=k2.knapsack_min_rewards)
+        want = authors_allocation(r2, v2, 40, n_max=k2.knapsack_max_n, zero_at_floor=k2.knapsack_zero_at_floor)
+        assert batch_counts(k2, 5, 40, hist).tolist() == want.tolist() != got.tolist(), change
+    # four prompts at 6, 5, 4 and 2 of 8, 12 rollouts: the costs (3, 3, 3, 8) exceed the 4 left after the floors;
+    # their value 0 at the floor spreads the 4 one each; with the formula's value the prompt at 6/8 keeps its floor
+    # and the one at 2/8 (the largest p(1 - p)^2) gets two
+    k8 = np.array([6, 5, 4, 2])
+    four = PromptHistory(k8, np.full(4, 8), k8, np.full(4, 8), np.full(4, 8))
+    assert batch_counts(knobs, 4, 12, four).tolist() == [3, 3, 3, 3]
+    no_zero = dataclasses.replace(knobs, knapsack_zero_at_floor=False)
+    assert batch_counts(no_zero, 4, 12, four).tolist() == [2, 3, 3, 4]
+    # no history: every prompt unseen, the even share each (GRPO's split)
+    assert batch_counts(knobs, 5, 42, None).tolist() == [9, 9, 8, 8, 8]
+    with pytest.raises(ValueError, match="latest rewards across visits"):
+        batch_counts(knobs, 5, 40, PromptHistory(hist.successes, hist.trials))
+    # the other allocators keep no window; the variants read from the paper's description neither
+    assert history_window(dataclasses.replace(knobs, knapsack_fallback="leftover")) == 0
+    assert [history_window(AllocationConfig(allocation=a)) for a in ("hrp", "uniform", "cures", "xrpo-plus")] == [0] * 4
+
+
+def test_the_authors_rule_refuses_the_round_cap():
+    check_knobs(AllocationConfig(allocation="knapsack", knapsack_fallback="leftover", max_extra_per_prompt=4))
+    with pytest.raises(ValueError, match="max_extra_per_prompt must be null with allocation=knapsack"):
+        check_knobs(AllocationConfig(allocation="knapsack", max_extra_per_prompt=4), "method.")
+    for bad in ({"knapsack_fallback": "paper"}, {"knapsack_max_n": 1}, {"knapsack_window": 0}):
+        with pytest.raises(ValueError, match=f"config field method.{next(iter(bad))}"):
+            check_knobs(AllocationConfig(allocation="knapsack", **bad), "method.")
+
+
 def test_batch_counts_is_knapsack_from_history_and_grpo_otherwise():
     hist = PromptHistory(np.array([0, 2, 4, 7, 0]), np.array([8, 8, 8, 8, 0]))
-    knobs = AllocationConfig(allocation="knapsack")
+    knobs = AllocationConfig(allocation="knapsack", knapsack_fallback="leftover")
     got = batch_counts(knobs, 5, 40, hist)
     # the whole budget, n_min 2 (40 // 5 = 8 >= 2), no cap: knapsack_allocation itself
     assert got.tolist() == knapsack_allocation(hist.successes, hist.trials, 40, n_min=2).tolist()
@@ -221,7 +271,13 @@ def test_cap_error_is_exactly_when_a_step_would_fail(allocation, icl):
     # round, any cap holds
     for P, budget, rounds in ((4, 32, 2), (6, 30, 3), (5, 22, 1), (4, 25, 2), (3, 6, 0)):
         for cap in (None, 0, 1, 2, 3, 4, 5, 6, 8):
-            knobs = AllocationConfig(allocation=allocation, n_base=2, plan_rounds=rounds, max_extra_per_prompt=cap)
+            knobs = AllocationConfig(
+                allocation=allocation,
+                n_base=2,
+                plan_rounds=rounds,
+                max_extra_per_prompt=cap,
+                knapsack_fallback="leftover",  # the knapsack variant a round cap applies to
+            )
             err = cap_error(knobs, P, budget, icl=icl)
             hist = PromptHistory(rng.integers(0, 5, P), np.full(P, 4))
             try:

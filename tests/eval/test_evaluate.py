@@ -362,6 +362,20 @@ def test_run_and_checkpoint_directories(eval_env, tiny_run, tmp_path):
         evaluate(EvalConfig(model=str(empty), output=str(tmp_path / "x")), log=quiet)
 
 
+def test_per_problem_rows_carry_the_verifiers_reasons(eval_env, tmp_path):
+    # each sample's reason, as the math verifier gives it for the saved completion
+    from xrpo.rewards import MathVerifier
+
+    res = evaluate(cfg_for(eval_env, tmp_path / "e", verifier="math", save_completions=True), log=quiet)
+    rows = lines(tmp_path / "e" / "per_problem" / "small.jsonl")
+    assert rows == res["per_problem"]["small"]
+    grader = MathVerifier(in_process=True)
+    for row in rows:
+        assert len(row["reasons"]) == row["n"] == 4
+        assert row["reasons"] == [grader(c, row["reference"]).reason for c in row["completions"]]
+        assert all((why is None) == ok for why, ok in zip(row["reasons"], row["correct"]))
+
+
 def test_a_completion_budget_the_context_cannot_hold_is_refused(eval_env, tmp_path):
     # the tiny model's context is 256 tokens: 256 new tokens leave no room for a prompt, and every problem would be
     # skipped as too long and counted unsolved (pass@k 0 without an error)

@@ -1,6 +1,6 @@
 """The fixed list of mutants: realistic defects of xrpo/algo, the planner, the batch sources, the ICL index, the math
-verifier's reference check, the code verifier and its sandbox, and the trainer, each with the tests that must kill it
-by a failing assertion (`run_mutants.py`).
+verifier's reference check and answer extraction, the code verifier and its sandbox, and the trainer, each with the
+tests that must kill it by a failing assertion (`run_mutants.py`).
 
 A mutant replaces ``original`` (which must occur exactly once in ``path``, byte for byte) by ``mutated``. When the code
 changes so that a mutant's text no longer occurs, `tests/mutants/test_mutants.py` fails and names it: update the
@@ -604,6 +604,38 @@ MUTANTS: tuple[Mutant, ...] = (
         "a problem's last visit counts the rollouts drawn from its ICL prompt",
     ),
     Mutant(
+        "knapsack-rl-no-fallback",
+        "xrpo/algo/knapsack_rl.py",
+        "    if cost < left:\n",
+        "    if False:\n",
+        ("tests/algo/test_knapsack_rl.py::test_authors_allocation_hand",),
+        "Knapsack RL without its authors' fallback: the never-solved prompts get no exploration budget",
+    ),
+    Mutant(
+        "knapsack-rl-unseen-prompts-take-no-surplus",
+        "xrpo/algo/knapsack_rl.py",
+        "    zero = ~ok | (p == 0)\n",
+        "    zero = ok & (p == 0)\n",
+        ("tests/algo/test_knapsack_rl.py::test_authors_allocation_hand",),
+        "the fallback's surplus skips the prompts without a rate, which the authors' code counts at rate 0",
+    ),
+    Mutant(
+        "knapsack-rl-rate-from-the-last-visit-only",
+        "xrpo/algo/knapsack_rl.py",
+        "    whole = lt >= W\n",
+        "    whole = lt > 0\n",
+        ("tests/algo/test_knapsack_rl.py::test_recent_rate_hand",),
+        "a prompt's rate from its last visit alone, however short, instead of its latest rewards across visits",
+    ),
+    Mutant(
+        "history-window-not-restored",
+        "xrpo/rollout/cures.py",
+        "            self.recent, self.observed = recent\n",
+        "            pass\n",
+        ("tests/rollout/test_cures.py::test_a_window_keeps_the_latest_rewards_across_visits_beside_the_last_visit",),
+        "a resumed Knapsack RL run forgets every problem's latest rewards",
+    ),
+    Mutant(
         "knapsack-one-batch-split-evenly",
         "xrpo/algo/rounds.py",
         "    if a.uses_history and not a.adaptive:\n",
@@ -711,6 +743,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "elif False:",
         ("tests/rewards/test_math.py::test_references_no_answer_can_match_are_refused_before_training",),
         "a code problem's test cases given to the math verifier: every rollout scores 0, silently",
+    ),
+    Mutant(
+        "math-hedge-read-as-its-first-value",
+        "xrpo/rewards/extract.py",
+        '            elif w == "or" or (w == "and" and _ITEM.match(text, nxt)):',
+        '            elif w == "and" and _ITEM.match(text, nxt):',
+        ("tests/rewards/test_extract.py::test_words_that_change_the_value_stay_in_the_answer",),
+        'a hedged "The answer is 18 or 19." read as 18: a wrong answer rewarded whenever the first value is right',
     ),
     Mutant(
         "rounds-row-fractional-alloc",

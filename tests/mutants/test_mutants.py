@@ -43,6 +43,7 @@ def test_every_mutant_still_applies_to_the_code_and_compiles():
                 "xrpo/rundir/",
                 "xrpo/icl/",
                 "xrpo/rewards/math.py",
+                "xrpo/rewards/extract.py",
                 "xrpo/rewards/code.py",
                 "xrpo/sandbox/",
                 "xrpo/trainer/",

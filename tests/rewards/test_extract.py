@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from xrpo.rewards.extract import extract_answer, last_boxed, normalize_answer, reference_answer
+from xrpo.rewards.extract import drop_units, extract_answer, last_boxed, normalize_answer, reference_answer
 
 
 @pytest.mark.parametrize(
@@ -159,9 +159,11 @@ def test_fallback_answer_longer_than_max_answer_chars_is_not_graded():
     for text in ("#### " + "1" * 11, "The answer is " + "1" * 11):
         ex = extract_answer(text, max_answer_chars=10)
         assert (ex.answer, ex.source, ex.detail) == (None, None, "answer_too_long")
-    # the cap applies to the raw text after the marker (whitespace included, before any stripping)
+    # the cap applies to the answer expression (what lies between the marker and it does not count)
     assert extract_answer("####" + "1" * 10, max_answer_chars=10).answer == "1" * 10
-    assert extract_answer("#### " + "1" * 10, max_answer_chars=10).detail == "answer_too_long"
+    assert extract_answer("#### " + "1" * 10, max_answer_chars=10).answer == "1" * 10
+    assert extract_answer("#### " + "1" * 10 + " girls", max_answer_chars=10).answer == "1" * 10
+    assert extract_answer("The answer is $" + "1" * 11 + "$", max_answer_chars=10).detail == "answer_too_long"
 
 
 def test_default_limits():
@@ -220,3 +222,149 @@ def test_reference_answer_gsm8k_line():
     # only the line of the last `####` is the answer
     assert reference_answer("#### 72\nSource: GSM8K") == "72"
     assert reference_answer("#### 1\n#### 2\nnote") == "2"
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        # the answer is the expression after the marker, not the rest of its line
+        ("The answer is 18. Good job!", "18"),
+        ("Answer: 18. That's it.", "18"),
+        ("The answer is 18, since 30 - 12 = 18.", "18"),
+        ("So there are 18 girls. The answer is 18. Good job!", "18"),
+        ("The answer is 1/2 because 2x=1.", "1/2"),
+        ("The answer is 7, obviously", "7"),
+        ("The answer is 42 (forty-two).", "42"),
+        ("The answer is 18 - the number of girls.", "18"),  # a dash before prose is punctuation
+        ("The answer is 18 - 2 = 16.", "18 - 2 = 16"),  # an operator before math is not
+        ("The answer is x = 2.", "x = 2"),
+        ("The answer is 2x + 1, which is odd.", "2x + 1"),
+        (r"The answer is \frac{1}{2}.", r"\frac{1}{2}"),
+        ("Answer: (1, 2) is the point.", "(1, 2)"),
+        ("Answer: 1, 2 and 3", "1, 2 and 3"),  # a list goes on while items follow
+        ("The answer is 18, I think.", "18"),  # "I" after a comma is prose, not an item
+        ("Answer:\n\n18", "18"),
+        ("The answer is therefore 18.", "18"),
+        ("The answer is actually 18.", "18"),
+        ("The answer is: **18** girls.", "18"),
+        # a formula, or formulas joined by "and" / "or" / commas (one list, math-verify's convention)
+        ("The answer is $\\frac{2}{3}$ because $\\frac{4}{6} = \\frac{2}{3}$.", r"\frac{2}{3}"),
+        ("The answer is $1$ and $2$.", "1, 2"),
+        ("The answer is $1$ or $2$.", "1, 2"),
+        # `$` before a number: a currency sign, unless it closes a formula of math only
+        ("The answer is $18.", "18"),
+        ("The answer is $1,250.50.", "1,250.50"),
+        ("The answer is $18 and she keeps $2.", "18"),
+        ("The answer is $18$.", "18"),
+        ("The answer is $5 \\times 3 = 15$.", "5 \\times 3 = 15"),
+        # percent and thousands separators belong to the number; spaces between digit groups are removed
+        ("The answer is 40% of the students.", "40%"),
+        ("The answer is 40 percent of them.", "40 percent"),
+        ("The answer is 1,000,000 dollars.", "1,000,000"),
+        ("The answer is 12 500 000.", "12500000"),
+        (r"The answer is 1\,234.", "1234"),
+        ("The answer is −7.", "−7"),
+    ],
+)
+def test_the_answer_is_the_expression_after_the_marker(text, answer):
+    ex = extract_answer(text)
+    assert (ex.answer, ex.detail) == (answer, None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The answer is 18 girls.",
+        "Answer: 18 girls",
+        "#### 18 girls",
+        r"\boxed{18 girls}",
+        r"\boxed{18 \text{ girls}}",
+        r"The answer is $18 \text{ girls}$.",
+        r"The answer is $18$ girls.",
+        "The answer is 18° exactly.",
+        r"\boxed{18°}",
+    ],
+)
+def test_units_are_dropped_the_same_in_every_form(text):
+    assert extract_answer(text).answer == "18"
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        # what changes the value is kept, so that the verifier does not read the bare number
+        ("The answer is not 18.", "not 18"),
+        ("The answer is approximately 18.", "approximately 18"),
+        ("The answer is between 18 and 20.", "between 18 and 20"),
+        ("The answer is 18 or 19.", "18 or 19"),
+        ("The answer is 18 or more.", "18 or more"),
+        ("The answer is 2 million.", "2 million"),
+        (r"\boxed{2 \text{ million}}", "2  million"),  # unwrapped: math-verify drops a trailing \text as a unit
+        ("The answer is 3 hours and 20 minutes.", "3 hours and 20 minutes"),
+        (r"\boxed{3 \text{ hours } 20 \text{ minutes}}", "3  hours  20  minutes"),
+        ("The answer is 5 feet 2 inches.", "5 feet 2 inches"),
+        ("The answer is $18 and $20.", "18 and 20"),
+        # a text answer is read to the end of its sentence
+        ("The answer is Monday. Good luck!", "Monday"),
+        (r"\boxed{\text{(C)}}", r"\text{(C)}"),
+        (r"\boxed{5!}", "5!"),  # in a box `!` is a factorial, not punctuation
+        (r"\boxed{2 \text{ and } 3}", r"2 \text{ and } 3"),  # math-verify reads it as the list {2, 3}
+    ],
+)
+def test_words_that_change_the_value_stay_in_the_answer(text, answer):
+    assert extract_answer(text).answer == answer
+
+
+def test_a_confirmation_is_not_an_answer():
+    # "the answer is correct" confirms the answer before it
+    assert extract_answer("The answer is 18. I hope the answer is correct.").answer == "18"
+    assert extract_answer("Answer: 18\nI verified: 30 - 12 = 18, so this answer is right.").answer == "18"
+    # "wrong" is not a confirmation, and a retraction counts as the last answer
+    assert extract_answer("The answer is 18. Wait, the answer is wrong.").answer == "wrong"
+    assert extract_answer("The answer is 18.\nWait, the answer is not 18.").answer == "not 18"
+    # nothing but confirmations: no answer
+    assert extract_answer("I am sure the answer is correct.").detail == "no_marker"
+    assert extract_answer("#### correct").detail == "empty"
+
+
+def test_unbalanced_and_truncated_answers_after_a_marker():
+    assert extract_answer("The answer is").detail == "empty"
+    assert extract_answer("The answer is {2}}").detail == "unbalanced"
+    assert extract_answer("The answer is $\\frac{1}{2").detail == "unbalanced"  # an unclosed formula
+    ex = extract_answer("The answer is $" + "1" * 20 + "$ ok", max_answer_chars=10)
+    assert ex.detail == "answer_too_long"
+    # an expression, a bracket or a text answer that runs past the cap is not graded, however long the text
+    for rest in ("1, " * 50_000, "(" * 100_000, "abc " * 50_000, "1 or " * 50_000):
+        assert extract_answer("The answer is " + rest).detail == "answer_too_long", rest[:8]
+    # a few empty formulas are markup; a long run of them leaves no answer
+    assert extract_answer("The answer is $$$$ 7").answer == "7"
+    assert extract_answer("The answer is " + "$$" * 100_000 + " 7").detail == "empty"
+
+
+def test_the_last_number_is_read_only_when_asked():
+    text = "There are 30 - 12 = 18 girls, so 18 / 2 = 9 play football."
+    assert extract_answer(text).detail == "no_marker"
+    ex = extract_answer(text, last_number=True)
+    assert (ex.answer, ex.source, ex.detail) == ("9", "last_number", None)
+    # its sign (not a subtraction), thousands separators and percent sign are part of it
+    assert extract_answer("It is now 5 - 12 = -7 degrees.", last_number=True).answer == "-7"
+    assert extract_answer("So 30-12 is the count.", last_number=True).answer == "12"
+    assert extract_answer("They sold 1,250 + 1,375 = 2,625 books.", last_number=True).answer == "2,625"
+    assert extract_answer("10 / 40 = 0.25, so 25% passed.", last_number=True).answer == "25%"
+    assert extract_answer("Cells x3 and y4.", last_number=True).detail == "no_marker"  # digits glued to letters
+    # a marker still wins
+    assert extract_answer("The answer is 9. Check: 9 * 2 = 18.", last_number=True).answer == "9"
+
+
+def test_drop_units():
+    assert drop_units("18 girls") == "18"
+    assert drop_units(r"5 \text{ cm}^2") == "5"
+    assert drop_units("12 km/h") == "12"
+    assert drop_units(r"2\sqrt{2} units") == r"2\sqrt{2}"
+    # single letters are variables, not units; math words and scale words are part of the value
+    assert drop_units("2 x") == "2 x"
+    assert drop_units("2 pi") == "2 pi"
+    assert drop_units("2 million") == "2 million"
+    # text answers and answers without units are returned as they are
+    assert drop_units("Monday") == "Monday"
+    assert drop_units(r"\frac{1}{2}") == r"\frac{1}{2}"

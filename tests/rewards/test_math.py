@@ -70,6 +70,11 @@ EQUIVALENCE = [
     (r"50\%", "0.5", True),
     (r"25\%", r"\frac14", True),
     (r"50\%", "5", False),
+    # math-verify equates 9% with 9 for integers only: xrpo applies the same rule to every number
+    (r"12.5\%", "12.5", True),
+    ("12.5", r"12.5\%", True),
+    (r"7.5\%", "0.075", True),
+    (r"12.5\%", "1.25", False),
     # algebra
     ("3x+2", "2+3x", True),
     ("x = 5", "5", True),
@@ -180,7 +185,19 @@ def test_fallback_extraction_through_the_verifier(math_verifier):
         (1.0, "####"),
         (1.0, "answer_is"),
         (1.0, "answer_is"),
-        (0.0, "answer_is"),  # "7, obviously" is the rest of the line: the fallback is deliberately literal
+        (1.0, "answer_is"),  # the answer is the expression "7": the prose after it is not part of it
+    ]
+
+
+def test_last_number_grades_completions_without_a_marker():
+    completions = ["So Tom has 12 apples.", "30 - 12 = 18, so 18 / 2 = 9 play.", "The answer is 7. Check: 7 + 5 = 12."]
+    default = MathVerifier(in_process=True).verify_batch(completions, ["12", "18", "12"])
+    assert [(r.score, r.reason) for r in default] == [(0.0, "no_answer"), (0.0, "no_answer"), (0.0, "mismatch")]
+    out = MathVerifier(in_process=True, last_number=True).verify_batch(completions, ["12", "18", "12"])
+    assert [(r.score, r.answer, r.metadata["source"]) for r in out] == [
+        (1.0, "12", "last_number"),
+        (0.0, "9", "last_number"),  # the right number only in the working
+        (0.0, "7", "answer_is"),  # a marker still wins
     ]
 
 
@@ -283,6 +300,7 @@ def test_get_verifier_math_shares_the_pool(math_verifier):
         ({"max_chars": 0}, "max_chars: expected an integer >= 1"),
         ({"max_answer_chars": 1.5}, "max_answer_chars: expected an integer >= 1"),
         ({"max_memory_mb": -1}, "max_memory_mb: expected None or an integer >= 1"),
+        ({"last_number": "yes"}, "last_number: expected true or false"),
     ],
 )
 def test_bad_arguments(kwargs, message):

@@ -11,7 +11,7 @@ from numpy.testing import assert_array_equal
 
 from xrpo.data import Problem
 from xrpo.rewards import get_verifier
-from xrpo.rollout.cures import CuresState, warmup
+from xrpo.rollout.cures import CuresState, last_visit_state, visit_history, warmup
 from xrpo.rollout.engine import SamplingParams
 from xrpo.rollout.prompts import PromptRenderer
 
@@ -106,6 +106,43 @@ def test_observe_keep_last_replaces_a_visit_and_mask_leaves_rollouts_out():
         st.observe([1], [1.0], [0], mask=[1])
     with pytest.raises(ValueError, match="keep must be 'all' or 'last'"):
         CuresState.new(2, keep="first")
+
+
+def test_a_window_keeps_the_latest_rewards_across_visits_beside_the_last_visit():
+    # Knapsack RL's history (window 4): problem 0 visited with [1, 0, 1], then [0, 0, 1] with its middle rollout
+    # masked out; problem 2 with five rollouts at once
+    st = last_visit_state(3, 4)
+    st.observe([0, 2], [1.0, 0.0, 1.0] + [1.0, 1.0, 0.0, 1.0, 0.0], [0, 0, 0, 1, 1, 1, 1, 1])
+    st.observe([0], [0.0, 0.0, 1.0], [0, 0, 0], mask=np.array([True, False, True]))
+    # the last visits (problem 0: 1 of 2 counted), and the latest outcomes across visits: problem 0's
+    # 1 0 1 | 0 1 -> the latest 4: 0 1 0 1; problem 2's 1 1 0 1 0 -> 1 0 1 0; problem 1 never seen
+    assert_array_equal(st.successes, [1, 0, 3]) and assert_array_equal(st.trials, [2, 0, 5])
+    assert_array_equal(st.observed, [5, 0, 5])
+    h, metrics = visit_history(st, [2, 1, 0])
+    assert_array_equal(h.successes, [3, 0, 1]) and assert_array_equal(h.trials, [5, 0, 2])
+    assert_array_equal(h.recent_successes, [2, 0, 2]) and assert_array_equal(h.recent_trials, [4, 0, 4])
+    assert_array_equal(h.observed, [5, 0, 5]) and metrics == {"alloc/history_frac": 2 / 3}
+    # the checkpoint's form: each window a string of 0/1, oldest first; it loads back to the same history
+    d = json.loads(json.dumps(st.state_dict()))
+    assert d["recent"] == ["0101", "", "1010"] and d["observed"] == [5, 0, 5] and d["window"] == 4
+    back = last_visit_state(3, 4)
+    back.load_state_dict(d)
+    assert all(np.array_equal(a, b) for a, b in zip(visit_history(back, [2, 1, 0])[0], h))
+    # without a window (xrpo-plus, the knapsack variants): the history and the checkpoint are the last visit alone
+    plain = last_visit_state(3)
+    plain.observe([0], [1.0, 0.0], [0, 0])
+    assert set(plain.state_dict()) == {"successes", "trials", "warmup_rollouts"}
+    assert visit_history(plain, [0])[0].observed is None
+    # what a window cannot be loaded from, each named
+    with pytest.raises(ValueError, match="keeps no latest rewards per problem"):
+        last_visit_state(3, 4).load_state_dict(plain.state_dict())
+    with pytest.raises(ValueError, match="latest 4 rewards, this run reads the latest 8"):
+        last_visit_state(3, 8).load_state_dict(d)
+    for bad in ({"recent": ["0101", "", "10"]}, {"recent": ["01x1", "", "1010"]}, {"observed": [5, 0, 1]}):
+        with pytest.raises(ValueError, match="history is malformed"):
+            last_visit_state(3, 4).load_state_dict({**d, **bad})
+    with pytest.raises(ValueError, match="window must be an integer >= 0"):
+        last_visit_state(3, -1)
 
 
 def test_selection_prefers_uncertain_problems_with_a_sharp_temperature():

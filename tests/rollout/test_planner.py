@@ -503,15 +503,20 @@ def test_history_of_the_wrong_length_is_refused(verifier):
     probs, pp, pi = problems_and_rates()
     cfg = PlanConfig(rollouts_per_step=64, n_base=4, plan_rounds=0, allocation="knapsack", icl=False, sharpen=False)
     ok = np.zeros(16, dtype=np.int64)
-    for history in (PromptHistory(ok[:15], ok), PromptHistory(ok, ok[:15])):  # either array one short
+    # any array one short, the reward window's too (Knapsack RL's authors' rule reads it)
+    for history in (
+        PromptHistory(ok[:15], ok),
+        PromptHistory(ok, ok[:15]),
+        PromptHistory(ok, ok, ok, ok, ok[:15]),
+        PromptHistory(ok, ok, ok[:15], ok, ok),
+    ):
         with pytest.raises(ValueError, match=r"history must hold 16 prompts' successes and trials"):
             generate_rollouts(
                 probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, history=history
             )
     # of the right length it is used (knapsack reads it): no error
-    generate_rollouts(
-        probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, history=PromptHistory(ok, ok)
-    )
+    full = PromptHistory(ok, ok, ok, ok, ok)
+    generate_rollouts(probs, ScriptedPolicy(probs, pp, pi), verifier, renderer(), cfg, SAMPLING, history=full)
 
 
 def test_streaming_is_not_used_for_a_step_that_has_nothing_to_plan(verifier):

@@ -55,6 +55,7 @@ def test_score_records_hand_table():
 def test_score_records_unsampled_problem_counts_as_unsolved():
     p = Problem(id="long", prompt="q", answer="1")
     r = unscored_record(p, 4, "too long")
+    assert r["reasons"] == ["not_sampled"] * 4 and r["skipped"] == "too long"
     m = score_records([HAND[1], r], 4, ks=(1, 4), prefix="e/")
     # (1 + 0) / 2 for every k, and the vote
     assert m["e/pass@1"] == m["e/pass@4"] == m["e/cons@4"] == 0.5
@@ -102,7 +103,8 @@ def test_chunk_seed():
 
 # ------------------------------------------------------------------------------------------------ sampling
 def parity(completion, reference):
-    return VerifyResult(score=float(len(completion) % 2 == 0), answer=str(len(completion) % 2))
+    even = len(completion) % 2 == 0
+    return VerifyResult(score=float(even), answer=str(len(completion) % 2), reason=None if even else "odd_length")
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +133,8 @@ def test_one_call_without_chunks_is_the_engine_call(parts):
         assert r["lengths"] == [len(x.completion_ids) for x in rollouts]
         assert r["correct"] == [len(x.text) % 2 == 0 for x in rollouts]
         assert r["c"] == sum(r["correct"]) and r["answers"] == [str(len(x.text) % 2) for x in rollouts]
+        # the verifier's reason of each sample, None for a correct one
+        assert r["reasons"] == [None if len(x.text) % 2 == 0 else "odd_length" for x in rollouts]
     assert m == score_records(recs, 3, (1, 3))
 
 

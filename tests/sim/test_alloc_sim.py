@@ -1,7 +1,7 @@
-"""Tests of the simulator's methods beyond the paper (issue #33): knapsack, xrpo-plus and its ablations, registered in
-xrpo.sim.methods as calls of the library's allocators ("knapsack" through `batch_counts`, "xrpo-plus" through
-`phased_step` and `plan_round`): budgets, phases, ICL seeding, the same draws as the library's functions by hand,
-and xrpo-plus's gain on the study's measured rates."""
+"""Tests of the simulator's methods beyond the paper: knapsack and its variants, xrpo-plus and its ablations,
+registered in xrpo.sim.methods as calls of the library's allocators ("knapsack" through `batch_counts`, "xrpo-plus"
+through `phased_step` and `plan_round`): budgets, phases, ICL seeding, the same draws as the library's functions by
+hand, and xrpo-plus's gain on the study's measured rates."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.knapsack_rl import authors_allocation, recent_rate
 from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
+from xrpo.rollout.cures import last_visit_state
 from xrpo.sim.methods import StepContext
 from xrpo.sim.model import StepOutcome, last_visit_draw, neighbor_rates, step_metrics
 from xrpo.sim.runner import SIM_METHODS, SimConfig, simulate
 
 NEW = [
     "knapsack",
+    "knapsack-leftover",
     "knapsack-jeffreys",
     "xrpo-plus",
     "xrpo-plus-no-history",
@@ -42,14 +45,34 @@ def _step(name, p, rng, **cfg):
     return SIM_METHODS[name](StepContext(c, None), np.asarray(p, dtype=np.float64), rng)
 
 
+def test_knapsack_is_the_authors_rule_on_the_trainers_history_of_the_last_visit():
+    # the simulated visit (8 rollouts at the same rate, one by one) observed into the trainer's own history
+    # (last_visit_state with Knapsack RL's window of 16), then the registered allocator's counts from it
+    p = np.array([0.0, 0.2, 0.5, 0.9, 1.0, 0.35, 0.6, 0.05])
+    out = _step("knapsack", p, np.random.default_rng(5), rollouts=64, n_base=2, last_visit=8)
+    rng = np.random.default_rng(5)
+    ok = (rng.random((8, 8)) < p[:, None]).astype(np.float64)
+    state = last_visit_state(8, 16)
+    state.observe(np.arange(8), ok.ravel(), np.repeat(np.arange(8), 8))
+    assert state.state_dict()["recent"] == ["".join(str(int(x)) for x in row) for row in ok]
+    rate, valid = recent_rate(ok.sum(1), np.full(8, 8), ok.sum(1), np.full(8, 8), np.full(8, 8))
+    assert valid.all()  # 8 rewards seen, the least the authors' estimate counts
+    counts = authors_allocation(rate, valid, 64)
+    assert_array_equal(out.counts, counts)
+    assert_array_equal(out.successes, rng.binomial(counts, p))
+    # a visit of 4 is too short for their estimate: every prompt gets the even share (8), GRPO's split
+    out = _step("knapsack", p, np.random.default_rng(0), rollouts=64, n_base=2, last_visit=4)
+    assert_array_equal(out.counts, np.full(8, 8))
+
+
 @pytest.mark.parametrize("fallback", ["leftover", "jeffreys"])
-def test_knapsack_is_knapsack_allocation_on_the_last_visit(fallback):
+def test_knapsack_variants_are_knapsack_allocation_on_the_last_visit(fallback):
     p = np.array([0.0, 0.2, 0.5, 0.9, 1.0, 0.35])
-    name = "knapsack" if fallback == "leftover" else "knapsack-jeffreys"
+    name = f"knapsack-{fallback}"
     out = _step(name, p, np.random.default_rng(5), rollouts=36, n_base=2, last_visit=8)
     rng = np.random.default_rng(5)
-    hk, hn = last_visit_draw(p, 8, rng)
-    counts = knapsack_allocation(hk, hn, 36, fallback=fallback)
+    h = last_visit_draw(p, 8, rng)
+    counts = knapsack_allocation(h.successes, h.trials, 36, fallback=fallback)
     assert_array_equal(out.counts, counts)
     assert_array_equal(out.successes, rng.binomial(counts, p))  # then the batch's rewards, from the same stream
     # never seen: every prompt at the prior 1/2, equal values, the budget split evenly
@@ -76,7 +99,8 @@ def test_xrpo_plus_runs_algorithm_1s_phases(name, prior, neighbors):
     # the same draws by hand: last visit, (neighbours,) base round, the prior fitted to the base round and the last
     # visit, then each round of 16 from posterior_allocation
     rng = np.random.default_rng(1)
-    hk, hn = last_visit_draw(p, 8, rng)
+    h = last_visit_draw(p, 8, rng)
+    hk, hn = h.successes, h.trials
     mean = neighbor_rates(p, rng) if neighbors else None
     m = np.full(8, 4)
     k = rng.binomial(m, p)

@@ -1,7 +1,8 @@
-"""Knapsack RL and xrpo-plus end to end (issue #33): `xrpo train method.name=knapsack` / `xrpo-plus` on the tiny
-model. The trainer keeps each training problem's last visit (plain rollouts only) and the allocations it logs in
-rounds.jsonl are the library's allocators applied to that history, rebuilt here from rounds.jsonl itself; a run
-killed after a checkpoint resumes with the same history and plans what the uninterrupted run planned."""
+"""Knapsack RL and xrpo-plus end to end: `xrpo train method.name=knapsack` / `xrpo-plus` on the tiny model. The
+trainer keeps each training problem's last visit (plain rollouts only) and, for Knapsack RL's authors' rule, its
+latest rewards across visits; the allocations it logs in rounds.jsonl are the library's allocators applied to that
+history, rebuilt here from rounds.jsonl itself; a run killed after a checkpoint resumes with the same history and
+plans what the uninterrupted run planned."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.knapsack_rl import authors_allocation, recent_rate
 from xrpo.algo.posterior_alloc import posterior_allocation
 from xrpo.rundir.checkpoints import list_checkpoints
 from xrpo.trainer.config_loader import build_config
@@ -23,6 +24,12 @@ from xrpo.trainer.loop import train
 # 24 training problems, 4 prompts per step: steps 1-6 are the first epoch (no history), 7-8 revisit problems
 STEPS = 8
 BUDGET = 16
+# a first visit has 4 rollouts here (16 over 4 prompts): Knapsack RL counts a rate from 4 rewards on (its recipe: 8)
+KNAPSACK = ["method.knapsack_min_rewards=4"]
+
+
+def overrides(env, out, method: str) -> list[str]:
+    return env["overrides"](out, method, steps=STEPS) + (KNAPSACK if method == "knapsack" else [])
 
 
 def quiet(*_):
@@ -76,7 +83,7 @@ def check_posterior_rounds(rows: list[dict], hk: np.ndarray, hn: np.ndarray) -> 
 @pytest.mark.parametrize("method", ["knapsack", "xrpo-plus"])
 def test_allocations_follow_the_last_visit_and_spend_the_budget(trainer_env, tmp_path, method):
     out = tmp_path / method
-    summary = train(build_config(None, trainer_env["overrides"](out, method, steps=STEPS)), log=quiet)
+    summary = train(build_config(None, overrides(trainer_env, out, method)), log=quiet)
     metrics = jsonl(out / "metrics.jsonl")
     steps = by_step(jsonl(out / "rounds.jsonl"))
     assert sorted(steps) == list(range(1, STEPS + 1))
@@ -88,9 +95,11 @@ def test_allocations_follow_the_last_visit_and_spend_the_budget(trainer_env, tmp
         assert metrics[s - 1]["alloc/history_frac"] == float(np.mean(hn > 0))
         assert (hn > 0).all() == (s > 6) and (hn == 0).all() == (s <= 6)
         if method == "knapsack":
-            # one batch: Knapsack RL's counts of the whole budget from the last visits (an even split without them)
+            # one batch: the authors' counts of the whole budget from the prompts' rewards so far (one earlier visit
+            # at most here, so the window is that visit; an even split without it)
             assert len(rows) == 1
-            assert rows[0]["alloc"] == knapsack_allocation(hk, hn, BUDGET, n_min=2).tolist()
+            rate, valid = recent_rate(hk, hn, hk, hn, hn, min_rewards=4)
+            assert rows[0]["alloc"] == authors_allocation(rate, valid, BUDGET).tolist()
             counts = rows[0]["alloc"]
         else:
             # a base round of n_base = 2 (the preset's), then each round the posterior planner
@@ -109,6 +118,26 @@ def test_allocations_follow_the_last_visit_and_spend_the_budget(trainer_env, tmp
     last = last_visits(steps, STEPS + 1)
     ids = [f"t{i}" for i in range(24)]
     assert st["successes"] == [last[p][0] for p in ids] and st["trials"] == [last[p][1] for p in ids]
+    if method == "knapsack":
+        # and each problem's latest rewards (window 16): every visit so far, here the last one (4 rollouts each)
+        assert st["window"] == 16 and st["observed"] == [sum(n for _, n in visits_of(steps, p)) for p in ids]
+        assert [w.count("1") for w in st["recent"]] == [sum(k for k, _ in visits_of(steps, p)) for p in ids]
+    else:
+        assert "recent" not in st  # xrpo-plus reads the last visit only
+
+
+def visits_of(steps: dict[int, list[dict]], pid: str) -> list[tuple[int, int]]:
+    """(successes, rollouts) of each visit of problem ``pid`` (no ICL here: every rollout counts)."""
+    out = []
+    for s in sorted(steps):
+        k = n = 0
+        for r in steps[s]:
+            if pid in r["problems"]:
+                q = r["problems"].index(pid)
+                k, n = k + r["successes"][q], n + r["alloc"][q]
+        if n:
+            out.append((k, n))
+    return out
 
 
 def test_xrpo_plus_history_leaves_icl_seeded_rollouts_out(trainer_env, tmp_path):
@@ -133,7 +162,7 @@ def test_xrpo_plus_history_leaves_icl_seeded_rollouts_out(trainer_env, tmp_path)
 
 @pytest.mark.parametrize("method", ["knapsack", "xrpo-plus"])
 def test_killed_and_resumed_keeps_the_history(trainer_env, tmp_path, method):
-    ov = [o for o in trainer_env["overrides"](None, method, steps=STEPS) if not o.startswith("output=")]
+    ov = [o for o in overrides(trainer_env, None, method) if not o.startswith("output=")]
     ov += ["save_every=2", "keep_last=10", "threads=1"]
     straight = tmp_path / "straight"
     ref = train(build_config(None, [f"output={straight}", *ov]), log=quiet)
@@ -151,6 +180,9 @@ def test_killed_and_resumed_keeps_the_history(trainer_env, tmp_path, method):
     a = json.loads((stopped / "checkpoints" / "step-00000008" / "state.json").read_text())["history"]
     b = json.loads((straight / "checkpoints" / "step-00000008" / "state.json").read_text())["history"]
     assert a == b and sum(a["trials"]) > 0
+    if method == "knapsack":
+        # the window came through the checkpoint: steps 7-8 planned from it (a rate counts from 4 rewards here)
+        assert a["observed"] == [len(w) for w in a["recent"]] and sum(a["observed"]) > sum(a["trials"])
     ra, rb = jsonl(stopped / "rounds.jsonl"), jsonl(straight / "rounds.jsonl")
     assert [(r["step"], r["problems"], r["alloc"]) for r in ra] == [(r["step"], r["problems"], r["alloc"]) for r in rb]
     wa = load_file(str(Path(resumed["final_checkpoint"]) / "model" / "model.safetensors"))

@@ -348,7 +348,10 @@ def test_icl_fewshot_position_reaches_the_trainers_renderer():
     "overrides, words",
     [
         (["method.max_extra_per_prompt=1"], "caps 16 prompts at 1 rollouts each (16 in all), fewer than 32"),
-        (["method.name=knapsack", "method.max_extra_per_prompt=7"], "fewer than 128, the step's budget"),
+        (
+            ["method.name=knapsack", "method.knapsack_fallback=leftover", "method.max_extra_per_prompt=7"],
+            "fewer than 128, the step's budget",
+        ),
     ],
 )
 def test_a_cap_the_step_cannot_hold_is_refused_before_training(overrides, words):
@@ -358,3 +361,11 @@ def test_a_cap_the_step_cannot_hold_is_refused_before_training(overrides, words)
         build_config(None, overrides)
     assert words in str(e.value)
     build_config(None, [*overrides[:-1], "method.max_extra_per_prompt=8"])
+
+
+def test_the_knapsack_authors_rule_takes_its_own_cap():
+    # Knapsack RL's authors' rule caps a prompt with method.knapsack_max_n (their MAX_N); a round cap would be ignored
+    with pytest.raises(ValueError, match="config field method.max_extra_per_prompt must be null with allocation=knap"):
+        build_config(None, ["method.name=knapsack", "method.max_extra_per_prompt=8"])
+    cfg = build_config(None, ["method.name=knapsack", "method.knapsack_max_n=64"])
+    assert (cfg.method.knapsack_fallback, cfg.method.knapsack_max_n, cfg.method.knapsack_window) == ("authors", 64, 16)

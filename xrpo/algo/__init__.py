@@ -9,8 +9,10 @@ Submodules (import them directly; this package imports nothing so that each stay
                  (token-mean, seq-mean-token-mean, seq-mean-token-sum-norm), k1/k3 KL penalty
     sampling     DAPO dynamic-sampling group filter
     passk        §4.1 evaluation metrics: unbiased pass@k (Chen et al. 2021) and cons@k (majority vote)
-    knapsack     Knapsack RL's allocation (Li et al. 2026): value P(non-zero gradient) x p(1-p)^2, exact DP over
-                 (prompt, budget), estimate of p from a prompt's last visit (issue #33, beyond the paper)
-    posterior_alloc  xrpo-plus: a planning round placed by a Beta posterior's expected informative rollouts (#33)
+    knapsack     Knapsack RL's value P(non-zero gradient) x p(1-p)^2 and exact DP over (prompt, budget), and the
+                 rule read from its paper's description (estimate from a prompt's last visit; beyond the paper)
+    knapsack_rl  Knapsack RL as its authors' code implements it: the estimate from a prompt's latest rewards, each
+                 mixed prompt's cost, the fallback to never-solved prompts, the knapsack over the mixed ones
+    posterior_alloc  xrpo-plus: a planning round placed by a Beta posterior's expected informative rollouts
     presets      named methods (grpo, dapo, gspo, dr_grpo, xrpo, ablations) as knob values with their sources
 """

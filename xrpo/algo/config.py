@@ -23,7 +23,7 @@ from xrpo.algo.advantages import ADV_SCALES
 from xrpo.algo.allocation import ALLOC_MODES, check_significance
 from xrpo.algo.losses import AGG_MODES as LOSS_AGGS
 from xrpo.algo.losses import KL_ESTIMATORS
-from xrpo.algo.rounds import allocator_names
+from xrpo.algo.rounds import KNAPSACK_FALLBACKS, allocator_names
 from xrpo.algo.tree import DIVERGENCE_POLICIES as TREE_DIVERGENCES
 
 __all__ = [
@@ -102,8 +102,9 @@ class AllocationConfig:
     """Rollout allocation: hrp (XRPO's hierarchical planning, priority Pi_q = Delta_q + phi_q), uniform (the w/o-HRP
     ablation and GRPO), or cures (CurES: prompts drawn from the Beta posterior of their accuracy, rollouts in
     proportion to the estimated gradient std; the cures_* knobs; the planner generates the counts its caller chose);
-    beyond the paper: knapsack (Knapsack RL: the step's budget in one batch from each prompt's last visit) or
-    xrpo-plus (each round split by a Beta posterior's expected informative rollouts, with the last visit)."""
+    beyond the paper: knapsack (Knapsack RL: the step's budget in one batch from each prompt's earlier visits, the
+    knapsack_* knobs) or xrpo-plus (each round split by a Beta posterior's expected informative rollouts, with the
+    last visit)."""
     n_base: int = 4
     """Base rollouts per prompt before planning (paper §4.1: 4); >= 2, the t quantile of Eq. (1) needs n >= 2."""
     plan_rounds: int = 2
@@ -116,13 +117,34 @@ class AllocationConfig:
     alloc_mode: str = "proportional"
     """proportional (the paper) or greedy (one rollout at a time to the argmax of Pi_q) allocation within a round."""
     max_extra_per_prompt: int | None = None
-    """Cap on the extra rollouts one prompt may get in one planning round (knapsack: in its one batch); None: no cap.
-    Times the prompts it must cover the largest round (checked with the config)."""
+    """Cap on the extra rollouts one prompt may get in one planning round (knapsack with knapsack_fallback=leftover
+    or jeffreys: in its one batch; the authors' rule caps with knapsack_max_n); None: no cap. Times the prompts it
+    must cover the largest round (checked with the config)."""
     group_size_power: float = 1.0
     """xrpo-plus: a group of n rollouts whose rewards are not all equal is worth n^group_size_power in the planner's
     objective, in [0, 1]: 1 maximises the expected rollouts with a non-zero advantage, 0 the expected prompts that
     carry a gradient, 0.5 values a prompt's gradient by the signal-to-noise of its n rollouts
     (xrpo.algo.posterior_alloc)."""
+    knapsack_fallback: str = "authors"
+    """knapsack: "authors" (the Knapsack RL authors' code: each mixed prompt costs the rollouts that show its rarer
+    outcome with probability 0.9; when those costs add up to less than the budget left after the floors, the
+    knapsack gets only their sum and the surplus goes evenly to the never-solved and never-seen prompts, else to the
+    other unmixed ones; rates from each prompt's latest knapsack_window rewards), or the rule read from the paper's
+    description: "leftover" (rates from the last visit; never- and always-solved prompts get only what the mixed
+    ones cannot take) or "jeffreys" (those valued at their Jeffreys estimate inside the knapsack)."""
+    knapsack_max_n: int = 128
+    """knapsack (authors): the most rollouts the knapsack gives one prompt (their recipe's MAX_N = 128; the fallback's
+    surplus is not bound by it)."""
+    knapsack_window: int = 16
+    """knapsack (authors): a prompt's rate is the mean of its latest this many rewards across visits, or of its last
+    visit alone when that visit had at least as many (their recipe's REWARD_BUFFER_LENGTH = 16)."""
+    knapsack_min_rewards: int = 8
+    """knapsack (authors): a prompt with fewer rewards over all its visits has no rate; it gets the even share outside
+    the knapsack (their recipe's MIN_BUFFER_LENGTH = 8)."""
+    knapsack_zero_at_floor: bool = True
+    """knapsack (authors): value a mixed prompt that the knapsack leaves at the 2-rollout floor at 0, as the authors'
+    solver does (their DP scores only the rollouts it adds); false values it at the formula's P(non-zero gradient |
+    2 rollouts) x p(1 - p)^2."""
 
 
 @dataclass
@@ -354,6 +376,18 @@ def _allocation(o: Any, where: str) -> None:
     if o.max_extra_per_prompt is not None:
         check_int(o, where, "max_extra_per_prompt", 0, " or null")
     check_number(o, where, "group_size_power", 0, most=1)
+    _check_choice(o, where, "knapsack_fallback", KNAPSACK_FALLBACKS)
+    check_int(o, where, "knapsack_max_n", 2, " (the 2-rollout floor of every prompt)")
+    check_int(o, where, "knapsack_window", 1)
+    check_int(o, where, "knapsack_min_rewards", 0)
+    if o.allocation == "knapsack" and o.knapsack_fallback == "authors" and o.max_extra_per_prompt is not None:
+        _fail(
+            where,
+            "max_extra_per_prompt",
+            f"must be null with allocation=knapsack and knapsack_fallback=authors (the authors' rule caps a "
+            f"prompt with {where}knapsack_max_n)",
+            o.max_extra_per_prompt,
+        )
 
 
 def _icl(o: Any, where: str) -> None:

@@ -10,7 +10,7 @@ the corresponding XRPO setting.
 Presets: ``grpo`` (the XRPO paper's GRPO baseline), ``grpo-deepseekmath`` (GRPO as published), ``dapo``, ``gspo``,
 ``dr_grpo``, ``xrpo``, ``xrpo-gspo``, the ablations of XRPO §4.3 ``xrpo-no-hrp``, ``xrpo-no-icl``, ``xrpo-no-as``,
 ``xrpo-no-as-icl``, TreePO's ``treepo-sampling`` (the XRPO paper's TPO-S baseline) and ``treepo``, the CurES
-baseline ``cures``, and beyond the paper (issue #33) the Knapsack RL baseline ``knapsack`` and xrpo's own planner
+baseline ``cures``, and beyond the paper the Knapsack RL baseline ``knapsack`` and xrpo's own planner
 ``xrpo-plus``. docs/methods.md explains each.
 """
 
@@ -228,6 +228,10 @@ _TREE_GLOBAL_NORM = (
 )
 _USED_WITH_TREE = "TreePO's value (used with sampler='tree'): "
 _USED_WITH_CURES = "CurES's value (used with allocation='cures'): "
+_KNAPSACK_CODE = (
+    "Knapsack RL's value (used with allocation='knapsack'), from the authors' code (github liziniu/KnapsackRL, "
+    "commit ca5d5f5b7e933378d916d05d1aeb4ae9de929ee5): "
+)
 
 DEFAULT_SOURCES: dict[str, str] = {
     "policy_loss": _XRPO_ON_GRPO + ": a token-level clipped surrogate",
@@ -253,6 +257,19 @@ DEFAULT_SOURCES: dict[str, str] = {
         "xrpo default: 1, a mixed group worth its rollouts (the expected rollouts with a non-zero advantage); read "
         "only by allocation=xrpo-plus (xrpo.algo.posterior_alloc)"
     ),
+    "knapsack_fallback": _KNAPSACK_CODE
+    + "verl/trainer/ppo/exploration_utils.py, sampling_budget_by_knapsack with allow_fallback=True (its default): "
+    '"If estimated cost is less than budget, redistribute excess" to the states with success_rate = 0, else to '
+    "the states outside the knapsack",
+    "knapsack_max_n": _KNAPSACK_CODE + "examples/knapsack_trainer/run_knapsack_grpo_7b.sh: MAX_N=128",
+    "knapsack_window": _KNAPSACK_CODE
+    + "run_knapsack_grpo_7b.sh: REWARD_BUFFER_LENGTH=16, with EPOCH_ESTIMATION=true and ROBUST_EPOCH_ESTIMATION=true "
+    "(verl/utils/dataset/rl_dataset.py, update_sample_state)",
+    "knapsack_min_rewards": _KNAPSACK_CODE
+    + "run_knapsack_grpo_7b.sh: MIN_BUFFER_LENGTH=8 (rl_dataset.py, get_sample_state: is_buffer_full)",
+    "knapsack_zero_at_floor": _KNAPSACK_CODE
+    + "exploration_utils.py, solve_by_dp: the option of no extra rollout adds nothing to the DP's value "
+    '("Option 1: Don\'t allocate to this item"), the value of k extra rollouts is that of k + min_n',
     "icl": _ICL,
     "icl_k": _SETUP_ICL,
     "sharpen": _SHARPEN,
@@ -378,17 +395,18 @@ _ABLATION_AS_ICL = (
     'planning as the sole training signal;"'
 )
 
-# beyond the paper (issue #33; docs/methods.md, "Allocation beyond the paper")
+# beyond the paper (docs/methods.md, "Allocation beyond the paper")
 _KNAPSACK_PAPER = (
-    'Li et al. 2026 (Knapsack RL, ICML 2026, arXiv 2509.25849), as issue #33 summarises it: "each prompt is an item '
-    "whose value is the probability of a non-zero gradient at a given group size times an information gain of "
-    "roughly p(1-p)^2, budgets solved by dynamic programming, success rates estimated from the prompt's last visit\"; "
-    'on GRPO, as the paper reports it ("+20-40% non-zero-gradient groups for GRPO"); xrpo.algo.knapsack'
+    "Li et al. 2026 (Knapsack RL, arXiv 2509.25849), as the authors' code implements it (github liziniu/KnapsackRL, "
+    "commit ca5d5f5b7e933378d916d05d1aeb4ae9de929ee5: verl/trainer/ppo/exploration_utils.py, the estimate in "
+    "verl/utils/dataset/rl_dataset.py, the recipe examples/knapsack_trainer/run_knapsack_grpo_7b.sh, which trains "
+    'GRPO); on GRPO, as the paper reports it ("When applied to GRPO, our method increases the effective ratio of '
+    'non-zero policy gradients by 20-40%"); xrpo.algo.knapsack_rl'
 )
 _KNAPSACK = _derive(_GRPO, allocation=Knob("knapsack", _KNAPSACK_PAPER))
 
 _XRPO_PLUS_PLANNER = (
-    "xrpo (issue #33, item 2): each planning round split where a Beta(1, 1) posterior of the prompt's success rate "
+    "xrpo, beyond the paper: each planning round split where a Beta(1, 1) posterior of the prompt's success rate "
     "(the step's rewards + the prompt's last visit) expects the most rollouts with a non-zero advantage "
     "(xrpo.algo.posterior_alloc); every other knob as xrpo"
 )

@@ -24,16 +24,21 @@ An allocator is ``fn(rewards, budget, knobs, history) -> counts``:
               for an allocator that carries a prior across steps; None when the caller keeps no history
     returns   int64 (P,) extra rollouts per prompt, summing to ``budget``
 
-registered with ``@register_allocator(name, adaptive=..., selects_prompts=..., uses_history=...)``: ``adaptive``
-says it reads the rewards so far (worth planning rounds for), ``selects_prompts`` that the caller also chooses the
-step's prompts with it and hands the planner its counts (CurES), ``uses_history`` that it reads ``history`` (the
-trainer then keeps each training problem's last visit and checkpoints it; a non-adaptive one also sizes the one
-batch of a step, `batch_counts`). An unknown name raises listing the valid ones; a duplicate raises.
+registered with ``@register_allocator(name, adaptive=..., selects_prompts=..., uses_history=..., reward_window=...)``:
+``adaptive`` says it reads the rewards so far (worth planning rounds for), ``selects_prompts`` that the caller also
+chooses the step's prompts with it and hands the planner its counts (CurES), ``uses_history`` that it reads
+``history`` (the trainer then keeps each training problem's last visit and checkpoints it; a non-adaptive one also
+sizes the one batch of a step, `batch_counts`), ``reward_window`` how many of each prompt's latest rewards across
+visits it reads besides (`history_window`; the history then keeps them). An unknown name raises listing the valid
+ones; a duplicate raises.
 
-Beyond the paper (issue #33, docs/methods.md "Allocation beyond the paper"):
+Beyond the paper (docs/methods.md "Allocation beyond the paper"):
 
-    knapsack    Knapsack RL (Li et al. 2026): the step's whole budget in one batch, from each prompt's last visit
-                (`xrpo.algo.knapsack.knapsack_allocation`); adaptive=False, uses_history=True
+    knapsack    Knapsack RL (Li et al. 2026): the step's whole budget in one batch, from each prompt's earlier visits:
+                the authors' rule (`xrpo.algo.knapsack_rl.authors_allocation`, reading each prompt's latest
+                ``knapsack_window`` rewards) or, with ``knapsack_fallback=leftover`` / ``jeffreys``, the rule read
+                from the paper's description (`xrpo.algo.knapsack.knapsack_allocation`, the last visit);
+                adaptive=False, uses_history=True
     xrpo-plus   a planning round split where a Beta posterior (Beta(1, 1) + the last visit + the step's rewards)
                 expects the most rollouts with a non-zero advantage (`xrpo.algo.posterior_alloc`); adaptive=True,
                 uses_history=True
@@ -58,12 +63,14 @@ from xrpo.algo.cures import (
     sampling_probs,
 )
 from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.knapsack_rl import authors_allocation, recent_rate
 from xrpo.algo.posterior_alloc import posterior_allocation
 from xrpo.algo.sampling import dynamic_sampling_keep_groups
 
 __all__ = [
     "ALLOCATORS",
     "Allocator",
+    "KNAPSACK_FALLBACKS",
     "CuresChoice",
     "PromptHistory",
     "RoundPlan",
@@ -72,6 +79,7 @@ __all__ = [
     "cap_error",
     "cures_select",
     "get_allocator",
+    "history_window",
     "is_nonuniform",
     "one_batch_counts",
     "plan_round",
@@ -85,12 +93,24 @@ __all__ = [
 
 
 class PromptHistory(NamedTuple):
-    """Each prompt's earlier visits, from steps before this one (e.g. CurES's posterior counts)."""
+    """Each prompt's earlier visits, from steps before this one (e.g. CurES's posterior counts; the last visit that
+    knapsack and xrpo-plus read); with a reward window, also each prompt's latest rewards across visits (Knapsack
+    RL's estimate, `xrpo.algo.knapsack_rl.recent_rate`)."""
 
     successes: np.ndarray
-    """(P,) int: rollouts of the prompt that succeeded so far."""
+    """(P,) int: rollouts of the prompt that succeeded so far (the last visit's, for a last-visit history)."""
     trials: np.ndarray
-    """(P,) int: rollouts of the prompt so far."""
+    """(P,) int: rollouts of the prompt so far (the last visit's, for a last-visit history)."""
+    recent_successes: np.ndarray | None = None
+    """(P,) int: successes among the prompt's latest rewards across visits (None: no window kept)."""
+    recent_trials: np.ndarray | None = None
+    """(P,) int: how many latest rewards the window holds, min(observed, window)."""
+    observed: np.ndarray | None = None
+    """(P,) int: the prompt's rewards over every visit."""
+
+    def take(self, idx) -> PromptHistory:
+        """The history of the prompts ``idx`` (positions in this one), every field alike."""
+        return PromptHistory(*(None if a is None else np.asarray(a)[idx] for a in self))
 
 
 AllocatorFn = Callable[[Sequence[np.ndarray], int, Any, "PromptHistory | None"], np.ndarray]
@@ -108,19 +128,29 @@ class Allocator:
     """The caller chooses the step's prompts and their counts with it; the planner generates them in one batch."""
     uses_history: bool = False
     """Reads ``history`` (each prompt's last visit): the caller keeps it across steps."""
+    reward_window: Callable[[Any], int] | None = None
+    """knobs -> how many of each prompt's latest rewards across visits it reads (`PromptHistory.recent_*`; 0 or
+    None: none), which the caller's history then keeps too (`history_window`)."""
 
 
 ALLOCATORS: dict[str, Allocator] = {}
 """name -> `Allocator`; ``method.allocation`` (``algorithm.xrpo.allocation`` for verl) picks one."""
 
 
-def register_allocator(name: str, *, adaptive: bool = True, selects_prompts: bool = False, uses_history: bool = False):
+def register_allocator(
+    name: str,
+    *,
+    adaptive: bool = True,
+    selects_prompts: bool = False,
+    uses_history: bool = False,
+    reward_window: Callable[[Any], int] | None = None,
+):
     """Register ``fn(rewards, budget, knobs, history) -> counts`` under ``name`` (module docstring)."""
 
     def deco(fn: AllocatorFn) -> AllocatorFn:
         if name in ALLOCATORS:
             raise ValueError(f"allocator {name!r} is already registered")
-        ALLOCATORS[name] = Allocator(name, fn, adaptive, selects_prompts, uses_history)
+        ALLOCATORS[name] = Allocator(name, fn, adaptive, selects_prompts, uses_history, reward_window)
         return fn
 
     return deco
@@ -135,6 +165,13 @@ def get_allocator(name: str) -> Allocator:
 
 def allocator_names() -> tuple[str, ...]:
     return tuple(ALLOCATORS)
+
+
+def history_window(knobs: Any) -> int:
+    """How many of each prompt's latest rewards across visits the knobs' allocator reads (0: none; Knapsack RL's
+    estimate: ``knapsack_window``): what the trainer's and the verl driver's history keep besides the last visit."""
+    a = get_allocator(knobs.allocation)
+    return int(a.reward_window(knobs)) if a.reward_window is not None else 0
 
 
 @register_allocator("hrp")
@@ -179,13 +216,46 @@ def successes_so_far(rewards: Sequence[np.ndarray], knobs: Any) -> tuple[np.ndar
     return k, np.array([np.asarray(r).shape[0] for r in rewards], dtype=np.int64)
 
 
-@register_allocator("knapsack", adaptive=False, uses_history=True)
+KNAPSACK_FALLBACKS = ("authors", "leftover", "jeffreys")
+"""``knapsack_fallback``'s values: the authors' rule (`xrpo.algo.knapsack_rl`) and the rule read from the paper's
+description before their code was followed (`xrpo.algo.knapsack.knapsack_allocation`'s fallbacks)."""
+
+
+def _knapsack_window(knobs: Any) -> int:
+    return knobs.knapsack_window if knobs.knapsack_fallback == "authors" else 0
+
+
+@register_allocator("knapsack", adaptive=False, uses_history=True, reward_window=_knapsack_window)
 def knapsack_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, history=None) -> np.ndarray:
-    """Knapsack RL's counts from each prompt's last visit (``history``; None: no prompt seen, an even split):
-    ``knapsack_allocation`` with n_min = 2 (at most the budget's even share), n_max = the knobs'
-    ``max_extra_per_prompt`` (None: the budget), the knobs' ``knapsack_fallback`` ("leftover" without it). It reads
-    no rewards of the step: the planner calls it once, with the step's whole budget (`batch_counts`)."""
+    """Knapsack RL's counts from each prompt's earlier visits (``history``; None: no prompt seen, an even split).
+    It reads no rewards of the step: the planner calls it once, with the step's whole budget (`batch_counts`).
+
+    ``knapsack_fallback="authors"``: their code's rule (`authors_allocation` on `recent_rate`, with the knobs'
+    ``knapsack_window``, ``knapsack_min_rewards``, ``knapsack_max_n``, ``knapsack_zero_at_floor``; n_min = 2, their
+    recipe's); "leftover" / "jeffreys": ``knapsack_allocation`` on the last visit, n_min = 2 (at most the budget's
+    even share), n_max = the knobs' ``max_extra_per_prompt`` (None: the budget)."""
     P = len(rewards)
+    if knobs.knapsack_fallback == "authors":
+        if history is None:
+            rate, valid = np.zeros(P), np.zeros(P, dtype=bool)
+        elif history.observed is None:
+            raise ValueError(
+                "knapsack_fallback='authors' reads each prompt's latest rewards across visits: the history must "
+                "hold recent_successes, recent_trials and observed (a history kept with history_window(knobs))"
+            )
+        else:
+            rate, valid = recent_rate(
+                history.successes,
+                history.trials,
+                history.recent_successes,
+                history.recent_trials,
+                history.observed,
+                window=knobs.knapsack_window,
+                min_rewards=knobs.knapsack_min_rewards,
+            )
+        return authors_allocation(
+            rate, valid, budget, n_min=2, n_max=knobs.knapsack_max_n, zero_at_floor=knobs.knapsack_zero_at_floor
+        )
     hk, hn = (history.successes, history.trials) if history is not None else (np.zeros(P), np.zeros(P))
     return knapsack_allocation(
         hk,
@@ -193,7 +263,7 @@ def knapsack_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, h
         budget,
         n_min=min(2, budget // max(P, 1)),
         n_max=knobs.max_extra_per_prompt,
-        fallback=getattr(knobs, "knapsack_fallback", "leftover"),
+        fallback=knobs.knapsack_fallback,
     )
 
 

@@ -3,10 +3,13 @@
 Grading one completion against a reference:
 
 1. extract the final answer (`xrpo.rewards.extract`: the last `\\boxed{}`/`\\fbox{}`, else the last `#### X`, else the
-   last "answer is X" / "Answer: X"; a completion longer than `max_chars` is searched only in its tail). None ->
-   score 0, reason "no_answer" (`metadata["extraction"]` says why: no marker, unbalanced braces, empty box); an
-   answer longer than `max_answer_chars` -> reason "answer_too_long". A reference that contains a box or `####` is
-   reduced the same way, so a full reference solution works.
+   last "answer is X" / "Answer: X", else, with `last_number=True`, the last number; a completion longer than
+   `max_chars` is searched only in its tail). The answer is the expression that follows the marker, not the rest of
+   its line: "The answer is 18, since 30 - 12 = 18." answers 18, "18 girls" is 18, "not 18" and "18 or 19" are not
+   18 (the rules: the `extract` module's docstring and docs/rewards.md). None -> score 0, reason "no_answer"
+   (`metadata["extraction"]` says why: no marker, unbalanced braces, empty box); an answer longer than
+   `max_answer_chars` -> reason "answer_too_long". A reference that contains a box or `####` is reduced the same
+   way, so a full reference solution works.
 2. fast path: the normalised answer equals the normalised reference answer -> score 1 without sympy.
 3. otherwise math-verify decides (`math_verify.parse` on the answer and on the reference, each wrapped as
    `\\boxed{...}`, then `math_verify.verify(gold, pred)`): fractions, decimals, LaTeX, intervals, sets, percentages,
@@ -27,7 +30,7 @@ different cons@k votes. `metadata["canonical"]` is a best-effort value-level for
 parsed (numbers and percentages as exact fractions: "0.5", "1/2" and "50%" all give "1/2"; other expressions
 printed as parsed, never evaluated). It is set whenever step 3 ran; pass `canonical=True` to compute it for every
 answered item (this sends the fast-path items through math-verify too). `metadata["source"]` is where the answer
-was found ("boxed", "####", "answer_is") and `metadata["method"]` what decided ("exact", "math_verify").
+was found ("boxed", "####", "answer_is", "last_number") and `metadata["method"]` what decided ("exact", "math_verify").
 """
 
 from __future__ import annotations
@@ -136,7 +139,25 @@ def grade_answer(answer: str, reference: str, want_canonical: bool = True) -> tu
     gold = _parse_cached(reference)
     pred = _parse_cached(answer)
     ok = bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None)
+    if not ok and gold and pred:
+        # math-verify equates a percentage with its number for integers only (9% and 9, but not 12.5% and 12.5);
+        # the same rule for every number
+        plain_gold, plain_pred = _without_percent(gold), _without_percent(pred)
+        if (plain_gold, plain_pred) != (gold, pred):
+            ok = verify(plain_gold, plain_pred, timeout_seconds=None)
     return ok, (_canonical(pred) if want_canonical else None)
+
+
+def _without_percent(parsed: list) -> list:
+    """A parsed number X% (math-verify's X * UnevaluatedExpr(1/100)) as the number X; anything else unchanged."""
+    from math_verify.grader import get_pct_val
+    from sympy import Number
+
+    out = []
+    for value in parsed:
+        base = get_pct_val(value)
+        out.append(base if isinstance(base, Number) else value)
+    return out
 
 
 def _warm_up() -> None:
@@ -158,6 +179,10 @@ class MathVerifier(Verifier):
         canonical: compute `metadata["canonical"]` for every answered item, even those the fast path settles.
         max_memory_mb: address-space headroom per worker (a runaway expression fails with MemoryError, graded 0);
             None for no cap.
+        last_number: when the completion has no box, `####` or "answer is" / "Answer:", grade its last number
+            (math-verify's and lighteval's anchorless fallback). Off by default: it grades the working of a
+            completion cut off by max_new_tokens on whatever number it reached, and turns "no answer" (a format the
+            prompt did not get across) into "mismatch".
     """
 
     name = "math"
@@ -172,6 +197,7 @@ class MathVerifier(Verifier):
         max_answer_chars: int = 10_000,
         canonical: bool = False,
         max_memory_mb: int | None = 4096,
+        last_number: bool = False,
     ):
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
             raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
@@ -189,6 +215,9 @@ class MathVerifier(Verifier):
         self.max_answer_chars = max_answer_chars
         self.canonical = bool(canonical)
         self.max_memory_mb = max_memory_mb
+        if not isinstance(last_number, bool):
+            raise ValueError(f"last_number: expected true or false, got {last_number!r}")
+        self.last_number = last_number
 
     def __repr__(self) -> str:
         mode = "in_process" if self.in_process else f"workers={self.workers}, timeout={self.timeout:g}"
@@ -228,7 +257,12 @@ class MathVerifier(Verifier):
         jobs: list[tuple[int, str, str, str, dict]] = []  # (index, raw answer, reference answer, answer, metadata)
         gold_cache: dict[str, tuple[str, str]] = {}
         for i, (completion, reference) in enumerate(zip(completions, references)):
-            ex = extract_answer(completion, max_chars=self.max_chars, max_answer_chars=self.max_answer_chars)
+            ex = extract_answer(
+                completion,
+                max_chars=self.max_chars,
+                max_answer_chars=self.max_answer_chars,
+                last_number=self.last_number,
+            )
             if ex.answer is None:
                 reason = "answer_too_long" if ex.detail == "answer_too_long" else "no_answer"
                 results[i] = VerifyResult(0.0, None, reason, {"extraction": ex.detail})

@@ -7,9 +7,12 @@ The state is two integer arrays indexed by training-problem position (successes 
 follows from them and the prior, which the run's config holds. With ``keep="last"`` each visit of a problem replaces
 its counts instead of adding to them: the last-visit history that the knapsack and xrpo-plus allocators read
 (`xrpo.algo.rounds`): `last_visit_state`, `visit_history` and `observe_visit` are its one rule, kept by the
-trainer's planner source and the verl driver alike. ``state_dict`` / ``load_state_dict`` turn it into
-JSON-able lists for the checkpoint's state.json. It keeps no random state: the trainer draws each step's prompts with
-a generator seeded from (seed, step), so a resumed run draws what the uninterrupted run drew.
+trainer's planner source, the verl driver and the simulator alike. With a ``window`` it also keeps each problem's
+latest ``window`` outcomes across visits and how many it has had in all, what Knapsack RL's authors estimate a rate
+from (`xrpo.algo.knapsack_rl.recent_rate`; the window the allocator reads is `xrpo.algo.rounds.history_window`).
+``state_dict`` / ``load_state_dict`` turn it into JSON-able lists for the checkpoint's state.json. It keeps no
+random state: the trainer draws each step's prompts with a generator seeded from (seed, step), so a resumed run draws
+what the uninterrupted run drew.
 """
 
 from __future__ import annotations
@@ -46,10 +49,21 @@ class CuresState:
     """Rollouts the warm-up spent (0 until it ran); reported so that budgets can be compared."""
     keep: str = "all"
     """"all": counts add up over every visit (CurES's posterior); "last": a visit replaces the problem's counts."""
+    window: int = 0
+    """Latest outcomes (0/1) of each problem kept across visits, newest last (0: none; Knapsack RL's estimate)."""
+    recent: np.ndarray | None = None
+    """(N, window) int8: each problem's latest min(observed, window) outcomes, right-aligned (None without a window)."""
+    observed: np.ndarray | None = None
+    """(N,) int64: each problem's counted rollouts over every visit (None without a window)."""
 
     def __post_init__(self):
         if self.keep not in ("all", "last"):
             raise ValueError(f"keep must be 'all' or 'last', got {self.keep!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) or self.window < 0:
+            raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
+        if self.window and self.recent is None:
+            self.recent = np.zeros((self.num_problems, self.window), dtype=np.int8)
+            self.observed = np.zeros(self.num_problems, dtype=np.int64)
 
     @classmethod
     def new(cls, num_problems: int, **knobs) -> CuresState:
@@ -134,15 +148,40 @@ class CuresState:
         # per rollout: s_i += 1{r > threshold}, n_i += 1 (np.add.at: a problem may recur across generation calls)
         np.add.at(self.successes, idx[g], ok)
         np.add.at(self.trials, idx[g], 1)
+        if self.window:
+            self._slide(idx[g], ok)
         return {"cures/successes": float(ok.sum()), "cures/trials": float(r.size)}
+
+    def _slide(self, problem_of: np.ndarray, ok: np.ndarray) -> None:
+        """Append each problem's outcomes ``ok`` (in the order given: the rollouts' order) to its window."""
+        W = self.window
+        for i in np.unique(problem_of):
+            new = ok[problem_of == i].astype(np.int8)
+            row = np.concatenate([self.recent[i], new])[-W:]
+            self.recent[i] = row
+            self.observed[i] += new.shape[0]
+
+    def recent_counts(self, idx) -> tuple[np.ndarray, np.ndarray]:
+        """(successes among, number of) the latest min(observed, window) outcomes of the problems ``idx``."""
+        idx = np.asarray(idx, dtype=np.int64)
+        held = np.minimum(self.observed[idx], self.window)
+        cols = np.arange(self.window)[None, :] >= (self.window - held)[:, None]  # the right-aligned filled cells
+        return (self.recent[idx] * cols).sum(axis=1).astype(np.int64), held
 
     # ------------------------------------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
-        return {
+        out = {
             "successes": self.successes.tolist(),
             "trials": self.trials.tolist(),
             "warmup_rollouts": int(self.warmup_rollouts),
         }
+        if self.window:
+            # each problem's window as a string of 0/1, oldest first, min(observed, window) long
+            held = np.minimum(self.observed, self.window)
+            out["window"] = int(self.window)
+            out["observed"] = self.observed.tolist()
+            out["recent"] = ["".join(map(str, row[self.window - h :].tolist())) for row, h in zip(self.recent, held)]
+        return out
 
     def load_state_dict(self, d: dict) -> None:
         try:
@@ -159,15 +198,53 @@ class CuresState:
             )
         if np.any(s < 0) or np.any(s > n):
             raise ValueError("checkpoint CurES state is malformed: need 0 <= successes <= trials")
+        recent = self._load_window(d, n) if self.window else None
         self.successes, self.trials = s, n
+        if recent is not None:
+            self.recent, self.observed = recent
         self.warmup_rollouts = int(d.get("warmup_rollouts", 0))
+
+    def _load_window(self, d: dict, trials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The window of a state dict, checked against this state's ``window`` and the problems' last visits."""
+        W = self.window
+        if "recent" not in d or "observed" not in d:
+            raise ValueError(
+                f"checkpoint history keeps no latest rewards per problem ('recent', 'observed'), which this run "
+                f"reads (the latest {W}): it was written by a run whose allocation reads only the last visit"
+            )
+        if d.get("window") != W:
+            raise ValueError(
+                f"checkpoint history keeps each problem's latest {d.get('window')!r} rewards, this run reads the "
+                f"latest {W}: resume with the window the run was started with"
+            )
+        try:
+            obs = np.asarray(d["observed"], dtype=np.int64)
+            rows = [str(x) for x in d["recent"]] if isinstance(d["recent"], list) else None
+        except (TypeError, ValueError):
+            obs, rows = None, None
+        if obs is None or rows is None or obs.shape != (self.num_problems,) or len(rows) != self.num_problems:
+            raise ValueError(
+                f"checkpoint history is malformed: expected 'observed' and 'recent', one entry per problem "
+                f"({self.num_problems})"
+            )
+        recent = np.zeros((self.num_problems, W), dtype=np.int8)
+        for i, (row, o) in enumerate(zip(rows, obs.tolist())):
+            if len(row) != min(o, W) or set(row) - {"0", "1"} or o < trials[i]:
+                raise ValueError(
+                    f"checkpoint history is malformed at problem {i}: 'recent' must be min(observed, {W}) 0/1 "
+                    f"outcomes and 'observed' at least the last visit's rollouts, got {row!r} and {o}"
+                )
+            if row:
+                recent[i, W - len(row) :] = [int(c) for c in row]
+        return recent, obs
 
 
 # ---------------------------------------------------------------------------------------------------- last visits
-def last_visit_state(num_problems: int) -> CuresState:
+def last_visit_state(num_problems: int, window: int = 0) -> CuresState:
     """Each training problem's last visit, for an allocator that reads history (``uses_history``: knapsack,
-    xrpo-plus): a `CuresState` with keep="last" over ``num_problems`` problems, none visited yet."""
-    return CuresState.new(num_problems, keep="last")
+    xrpo-plus): a `CuresState` with keep="last" over ``num_problems`` problems, none visited yet; with ``window``
+    (`xrpo.algo.rounds.history_window` of the method's knobs), also each problem's latest ``window`` outcomes."""
+    return CuresState.new(num_problems, keep="last", window=window)
 
 
 def visit_history(state: CuresState, idx) -> tuple[PromptHistory, dict]:
@@ -176,7 +253,11 @@ def visit_history(state: CuresState, idx) -> tuple[PromptHistory, dict]:
     plan as for new prompts)."""
     idx = np.asarray(idx, dtype=np.int64)
     trials = state.trials[idx]
-    return PromptHistory(state.successes[idx], trials), {"alloc/history_frac": float(np.mean(trials > 0))}
+    recent = {}
+    if state.window:
+        rs, rt = state.recent_counts(idx)
+        recent = {"recent_successes": rs, "recent_trials": rt, "observed": state.observed[idx].copy()}
+    return PromptHistory(state.successes[idx], trials, **recent), {"alloc/history_frac": float(np.mean(trials > 0))}
 
 
 def observe_visit(state: CuresState, idx, plan: PlanResult, full_reward: float) -> None:

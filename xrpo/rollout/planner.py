@@ -84,8 +84,9 @@ def generate_rollouts(
     elif counts is not None:
         raise ValueError(f"counts is only used with allocation='cures', not {cfg.allocation!r}")
     one_batch = not plans_rounds(cfg.allocation, cfg.icl)
-    if history is not None and (len(history.successes) != P or len(history.trials) != P):
-        raise ValueError(f"history must hold {P} prompts' successes and trials, got {len(history.successes)}")
+    if history is not None and any(a is not None and len(a) != P for a in history):
+        got = ", ".join(str(len(a)) for a in history if a is not None)
+        raise ValueError(f"history must hold {P} prompts' successes and trials (and reward windows), got {got}")
     if cfg.planner == "streaming" and not one_batch:
         return generate_rollouts_streaming(
             problems, engine, verifier, renderer, cfg, sampling, corpus=corpus, history=history

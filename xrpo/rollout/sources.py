@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from xrpo.algo.config import CuresConfig, TreePOConfig, section_values
-from xrpo.algo.rounds import get_allocator, refill_keep, refill_more
+from xrpo.algo.rounds import get_allocator, history_window, refill_keep, refill_more
 from xrpo.data import Problem
 from xrpo.rollout import cures as cures_lib
 from xrpo.rollout.advantages import compute_advantages
@@ -225,15 +225,17 @@ class PlannerSource(_EpochSource):
     """XRPO's planner (Algorithm 1 lines 1-13) on prompts in epoch order. With an allocator that reads history
     (``uses_history``: knapsack, xrpo-plus) it keeps each training problem's last visit, a `CuresState` with
     keep="last": the successes (reward >= full_reward) and rollouts of the problem's latest step, ICL-seeded rollouts
-    left out (they measure the ICL prompt, not the problem), handed to the planner as `PromptHistory` and saved in
-    every checkpoint ("history"), so a resumed run plans what the uninterrupted run planned. The rule is
+    left out (they measure the ICL prompt, not the problem), and, for an allocator that reads them
+    (`history_window`: Knapsack RL's authors' rule), its latest outcomes across visits; handed to the planner as
+    `PromptHistory` and saved in every checkpoint ("history"), so a resumed run plans what the uninterrupted run
+    planned. The rule is
     `xrpo.rollout.cures`' (`visit_history`, `observe_visit`), which the verl driver keeps too."""
 
     def __init__(self, ctx: SourceContext, knobs: Any = None):
         super().__init__(ctx)
         self.history = None
         if get_allocator(ctx.plan.allocation).uses_history:
-            self.history = cures_lib.last_visit_state(len(ctx.problems))
+            self.history = cures_lib.last_visit_state(len(ctx.problems), history_window(ctx.plan))
 
     def generate(self, problems: list[Problem], sampling: SamplingParams, history=None) -> PlanResult:
         c = self.ctx

@@ -125,9 +125,7 @@ class StepRollouts:
             cfg,
             icl=icl_on,
             full_reward=cfg.full_reward,
-            history=None
-            if h is None
-            else PromptHistory(np.asarray(h.successes)[members], np.asarray(h.trials)[members]),
+            history=None if h is None else PromptHistory(*h).take(members),
         )
         self.timings["time/plan"] += time.perf_counter() - t0
         prompts, seeded, truncated, dropped = [self.plain[q] for q in members], [False] * len(members), 0, 0

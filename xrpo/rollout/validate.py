@@ -11,11 +11,15 @@ One record per problem (what `xrpo eval` appends to its per-problem files and re
     answers     the verifier's parsed answer per sample (None: no answer found); cons@n votes on these
     correct     per sample, score >= 1
     scores      per sample, the verifier's score
+    reasons     per sample, the verifier's reason for a score below 1 (`VerifyResult.reason`: the math verifier's
+                "no_answer", "mismatch", "timeout", ..., the code verifier's "no_code", "wrong_answer", ...; None
+                for a correct sample), so that a low score can be traced to its cause
     lengths     per sample, completion tokens (EOS included)
     truncated   samples that hit max_new_tokens
     completions per sample, the text (only with keep_text=True)
     skipped     only in records of problems that could not be sampled (`unscored_record`): why. They hold n
-                samples, none correct, no answer, and no lengths (response length figures leave them out).
+                samples, none correct, no answer, reason "not_sampled", and no lengths (response length figures
+                leave them out).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def unscored_record(problem: Problem, n: int, reason: str) -> dict:
         "answers": [None] * n,
         "correct": [False] * n,
         "scores": [0.0] * n,
+        "reasons": ["not_sampled"] * n,
         "lengths": [],
         "truncated": 0,
         "skipped": reason,
@@ -150,6 +155,7 @@ def sample_and_score(
                 "answers": [],
                 "correct": [],
                 "scores": [],
+                "reasons": [],
                 "lengths": [],
                 "truncated": 0,
             }
@@ -163,6 +169,7 @@ def sample_and_score(
             d["answers"].append(res.answer)
             d["correct"].append(ok)
             d["scores"].append(float(res.score))
+            d["reasons"].append(res.reason)
             d["lengths"].append(len(r.completion_ids))
             d["truncated"] += int(r.finish_reason == "length")
             if keep_text:

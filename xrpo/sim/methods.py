@@ -1,19 +1,27 @@
 """The methods `xrpo simulate` compares: a registry of name -> ``fn(context, p, rng) -> StepOutcome``, each a thin
 call of the library's rule (the round planner `xrpo.algo.rounds` stepped by `xrpo.sim.model.phased_step`, CurES's
 `cures_select`, DAPO's refill in `xrpo.sim.model.dapo_step`, the oracles of `xrpo.algo.signal`, and beyond the paper
-the allocators "knapsack" (`batch_counts`) and "xrpo-plus" (its rounds by `phased_step`)) on one step's prompts."""
+the allocators "knapsack" (`batch_counts`; the authors' rule, and the variants "knapsack-leftover" and
+"knapsack-jeffreys") and "xrpo-plus" (its rounds by `phased_step`)) on one step's prompts."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
+from xrpo.algo.config import AllocationConfig
 from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
-from xrpo.algo.rounds import AllocatorFn, batch_counts, cures_select, one_batch_counts, successes_so_far
+from xrpo.algo.rounds import (
+    AllocatorFn,
+    batch_counts,
+    cures_select,
+    history_window,
+    one_batch_counts,
+    successes_so_far,
+)
 from xrpo.algo.signal import oracle_allocation
 from xrpo.sim.model import (
     StepOutcome,
@@ -119,15 +127,19 @@ register_sim_method("oracle")(lambda ctx, p, rng: _oracle(ctx, p, rng, "rollouts
 register_sim_method("oracle-groups")(lambda ctx, p, rng: _oracle(ctx, p, rng, "groups"))
 
 
-# beyond the paper (issue #33, docs/methods.md): the registered allocators "knapsack" and "xrpo-plus", given each
-# prompt's last visit (`last_visit_draw`), and xrpo-plus's ablations as unregistered variants of its allocator
+# beyond the paper (docs/methods.md): the registered allocators "knapsack" and "xrpo-plus", given each prompt's
+# last visit (`last_visit_draw`), and xrpo-plus's ablations as unregistered variants of its allocator
 
 
-def _knapsack(ctx, p, rng, fallback: str = "leftover"):
+def _knapsack(ctx, p, rng, fallback: str = "authors"):
+    """Knapsack RL with ``knapsack_fallback=fallback`` and the other knapsack_* knobs at their defaults (the
+    authors' recipe); ``max_extra`` caps the variants read from the paper's description only (the authors' rule
+    caps with knapsack_max_n)."""
     c = ctx.cfg
-    knobs = SimpleNamespace(allocation="knapsack", max_extra_per_prompt=c.max_extra, knapsack_fallback=fallback)
-    counts = batch_counts(knobs, c.prompts, c.rollouts, last_visit_draw(p, c.last_visit, rng))
-    return fixed_outcome(p, counts, rng)
+    cap = None if fallback == "authors" else c.max_extra
+    knobs = AllocationConfig("knapsack", max_extra_per_prompt=cap, knapsack_fallback=fallback)
+    history = last_visit_draw(p, c.last_visit, rng, history_window(knobs))
+    return fixed_outcome(p, batch_counts(knobs, c.prompts, c.rollouts, history), rng)
 
 
 def _posterior_variant(n_base: int, prior: str, prior_mean) -> AllocatorFn:
@@ -137,7 +149,7 @@ def _posterior_variant(n_base: int, prior: str, prior_mean) -> AllocatorFn:
 
     def fn(rewards, budget, knobs, history):
         k, m = successes_so_far(rewards, knobs)
-        hk, hn = history if history is not None else (np.zeros_like(k), np.zeros_like(m))
+        hk, hn = (history.successes, history.trials) if history is not None else (np.zeros_like(k), np.zeros_like(m))
         pr = prior
         if prior.startswith("batch"):
             kb = successes_so_far([r[:n_base] for r in rewards], knobs)[0]
@@ -167,6 +179,7 @@ def _xrpo_plus(ctx, p, rng, history: bool = True, prior: str = "flat", neighbors
 
 
 register_sim_method("knapsack")(_knapsack)
+register_sim_method("knapsack-leftover")(lambda ctx, p, rng: _knapsack(ctx, p, rng, "leftover"))
 register_sim_method("knapsack-jeffreys")(lambda ctx, p, rng: _knapsack(ctx, p, rng, "jeffreys"))
 for _name, _kw in {
     "xrpo-plus": {},

@@ -39,6 +39,7 @@ from xrpo.algo.rounds import (
     refill_more,
 )
 from xrpo.algo.signal import as_rates, check_count
+from xrpo.rollout.cures import last_visit_state, visit_history
 
 __all__ = [
     "Draw",
@@ -206,14 +207,25 @@ def bernoulli_draw(p, p_icl, rng: np.random.Generator, *, binomial: bool = False
     return draw
 
 
-def last_visit_draw(p, last_visit: int, rng: np.random.Generator) -> PromptHistory:
+def last_visit_draw(p, last_visit: int, rng: np.random.Generator, window: int = 0) -> PromptHistory:
     """Each prompt's previous visit (an earlier epoch) for the rules that read one (knapsack, xrpo-plus):
     ``last_visit`` rollouts at the SAME p, successes ~ Binomial(last_visit, p) (0: never seen, no draw). No drift:
     the study's model did not learn (held-out pass@1 flat over 120 steps, docs/results.md), so its prompts' rates
-    did not move between visits; with a learning model the estimate would be staler than this."""
+    did not move between visits; with a learning model the estimate would be staler than this.
+
+    With a ``window`` (`xrpo.algo.rounds.history_window`: Knapsack RL's authors' rule reads each prompt's latest
+    rewards), the visit's rollouts are drawn one by one, Bernoulli(p), and observed into the trainer's history
+    (`xrpo.rollout.cures.last_visit_state`, ``observe``, `visit_history`), which the history then returns."""
     pp = as_rates(p)
     n = np.full(pp.shape[0], check_count(last_visit, "last_visit", 0), dtype=np.int64)
-    return PromptHistory(rng.binomial(n, pp) if last_visit else np.zeros_like(n), n)
+    if not window:
+        return PromptHistory(rng.binomial(n, pp) if last_visit else np.zeros_like(n), n)
+    P = pp.shape[0]
+    state = last_visit_state(P, window)
+    if last_visit:
+        ok = (rng.random((P, last_visit)) < pp[:, None]).astype(np.float64)
+        state.observe(np.arange(P), ok.ravel(), np.repeat(np.arange(P), last_visit))
+    return visit_history(state, np.arange(P))[0]
 
 
 def neighbor_rates(p, rng: np.random.Generator, noise: float = 0.2, rollouts: int = 8) -> np.ndarray:

@@ -101,8 +101,10 @@ class SimConfig:
     """Methods to simulate: uniform (GRPO, one batch), hrp (XRPO's proportional HRP), hrp-greedy, no-hrp (the same
     rounds split evenly: the w/o-HRP ablation), cures, dapo (dynamic sampling), oracle (best fixed allocation for
     informative rollouts, given the true rates), oracle-groups (best fixed allocation for non-zero-gradient groups);
-    beyond the paper (issue #33, docs/methods.md): knapsack (Knapsack RL from each prompt's last visit;
-    knapsack-jeffreys: never-solved prompts valued at a Jeffreys estimate instead of 0), xrpo-plus
+    beyond the paper (docs/methods.md): knapsack (Knapsack RL as its authors' code implements it, from each
+    prompt's latest rewards; knapsack-leftover: the rule read from the paper's description, from the last visit,
+    never-solved prompts given only what the others cannot take; knapsack-jeffreys: those valued at a Jeffreys
+    estimate instead of 0), xrpo-plus
     (phases split by the posterior planner: Beta(1, 1) prior, the last visit, the step's rewards) and its ablations
     xrpo-plus-no-history, xrpo-plus-batch-prior and xrpo-plus-variance-prior (prior fitted to the batch, matching
     its flat groups or its variance), xrpo-plus-batch-prior-no-history, xrpo-plus-neighbors (+ a neighbour's rate
@@ -194,7 +196,10 @@ class SimConfig:
             )
         # the cap must hold every planning round, and knapsack's one batch (the simulator's knapsack has no ICL)
         alloc = "knapsack" if any(m.startswith("knapsack") for m in self.methods) else "hrp"
-        knobs = AllocationConfig(alloc, self.n_base, self.rounds, max_extra_per_prompt=self.max_extra)
+        # (max_extra caps the knapsack variants read from the paper's description; the authors' rule ignores it)
+        knobs = AllocationConfig(
+            alloc, self.n_base, self.rounds, max_extra_per_prompt=self.max_extra, knapsack_fallback="leftover"
+        )
         err = cap_error(knobs, self.prompts, self.rollouts, icl=False)
         if err is not None:
             raise ValueError(f"max_extra {err}, got {self.max_extra!r}")

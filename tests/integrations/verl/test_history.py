@@ -1,6 +1,6 @@
-"""Each prompt's last visit on verl (issue #33): `RayXRPOTrainer` keeps the history `xrpo train` keeps for the
-allocators that read it (knapsack, xrpo-plus), hands it to the round planner, logs ``alloc/history_frac`` and saves
-it with verl's checkpoint.
+"""Each prompt's last visit on verl: `RayXRPOTrainer` keeps the history `xrpo train` keeps for the allocators that
+read it (knapsack, xrpo-plus; for Knapsack RL's authors' rule also each prompt's latest rewards across visits), hands
+it to the round planner, logs ``alloc/history_frac`` and saves it with verl's checkpoint.
 
 The driver runs as in test_trainer.py (verl's real agent loop and reward loop in this process, a tiny Llama in place
 of the vLLM server, no Ray): two steps over the same four prompts, the second a revisit (an epoch later, as verl's
@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("verl")
 
 from xrpo.algo.allocation import plan_phases  # noqa: E402
-from xrpo.algo.knapsack import knapsack_allocation  # noqa: E402
-from xrpo.algo.rounds import batch_counts, one_batch_counts, plan_round  # noqa: E402
+from xrpo.algo.knapsack_rl import authors_allocation, recent_rate  # noqa: E402
+from xrpo.algo.rounds import batch_counts, history_window, one_batch_counts, plan_round  # noqa: E402
 from xrpo.integrations.verl.phases import (  # noqa: E402
     HISTORY_FILE,
     ROUND_KEY,
@@ -77,7 +77,8 @@ def test_a_revisit_is_planned_from_the_trainers_history(tmp_path, tiny_llama_dir
 
     # the history the trainer would have built from these outcomes: its own state and rule, indexed as xrpo train
     # indexes it (the training set's positions: p_i is row i)
-    trainer_state = last_visit_state(8)
+    trainer_state = last_visit_state(8, history_window(x))
+    assert trainer.history.state.window == history_window(x) == (16 if allocation == "knapsack" else 0)
     observe_visit(trainer_state, [0, 1, 2, 3], result1, x.full_reward)
     expected, _ = visit_history(trainer_state, [0, 1, 2, 3])
     # ... which is each prompt's count of correct rollouts and its rollouts in step 1 (no ICL: none seeded)
@@ -105,7 +106,9 @@ def test_a_revisit_is_planned_from_the_trainers_history(tmp_path, tiny_llama_dir
         moved = 0
         if allocation == "knapsack":
             want = batch_counts(x, PROMPTS, BUDGET, expected)
-            assert want.tolist() == knapsack_allocation(expected.successes, expected.trials, BUDGET, n_min=2).tolist()
+            # the authors' rule on each prompt's latest rewards (8 per visit: a rate from the first revisit on)
+            rate, valid = recent_rate(*expected, window=16, min_rewards=8)
+            assert valid.all() and want.tolist() == authors_allocation(rate, valid, BUDGET).tolist()
             assert len(rounds2) == 1 and rounds2[0]["alloc"] == want.tolist(), revisit
             moved += want.tolist() != one_batch_counts(PROMPTS, BUDGET).tolist()
         else:
@@ -176,6 +179,9 @@ def test_history_is_saved_with_the_checkpoint_and_restored_on_resume(tmp_path, t
     saved = json.loads(path.read_text())
     assert saved["ids"] == [f"p{i}" for i in range(PROMPTS)] and len(saved["trials"]) == 8
     assert sum(saved["trials"]) == BUDGET  # step 1's visit of its 4 prompts
+    # Knapsack RL's window: each prompt's latest rewards (its step-1 outcomes), as the history holds them
+    assert saved["window"] == 16 and saved["observed"][:PROMPTS] == saved["trials"][:PROMPTS]
+    assert [w.count("1") for w in saved["recent"]] == saved["successes"]
     assert not list(path.parent.glob("*.tmp"))  # written atomically: no temporary file left
 
     fresh = _trainer(tmp_path, tiny_llama_dir, "knapsack")
@@ -185,7 +191,7 @@ def test_history_is_saved_with_the_checkpoint_and_restored_on_resume(tmp_path, t
     assert fresh.history.state_dict() == trainer.history.state_dict()
     ids = saved["ids"]
     a, b = trainer.history.before(ids)[0], fresh.history.before(ids)[0]
-    assert a.successes.tolist() == b.successes.tolist() and a.trials.tolist() == b.trials.tolist()
+    assert all(np.array_equal(u, v) for u, v in zip(a, b)) and b.observed.sum() == BUDGET
     # the resumed run plans step 2 as the uninterrupted one
     x = trainer.xrpo
     assert batch_counts(x, PROMPTS, BUDGET, a).tolist() == batch_counts(x, PROMPTS, BUDGET, b).tolist()

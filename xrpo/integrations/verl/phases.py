@@ -482,13 +482,15 @@ class VisitHistory:
 
     The state and its rule are the trainer's (`xrpo.rollout.cures`): a `CuresState` with keep="last" over the
     training set (`last_visit_state`), each prompt's successes (reward >= full_reward) and rollouts of its latest
-    step, ICL-seeded rollouts left out (`observe_visit`), handed to the planner with ``alloc/history_frac``
-    (`visit_history`). The trainer indexes it by training-set position; verl's dataloader hands the driver rows
-    without one, so each problem id gets a slot the first time the driver meets it (``ids``: slot -> id).
+    step, ICL-seeded rollouts left out (`observe_visit`), and with a ``window`` (`xrpo.algo.rounds.history_window`:
+    Knapsack RL's authors' rule) its latest outcomes across visits, handed to the planner with
+    ``alloc/history_frac`` (`visit_history`). The trainer indexes it by training-set position; verl's dataloader
+    hands the driver rows without one, so each problem id gets a slot the first time the driver meets it (``ids``:
+    slot -> id).
     """
 
-    def __init__(self, num_problems: int):
-        self.state = last_visit_state(num_problems)
+    def __init__(self, num_problems: int, window: int = 0):
+        self.state = last_visit_state(num_problems, window)
         self.ids: list[str] = []
         self._slot: dict[str, int] = {}
 

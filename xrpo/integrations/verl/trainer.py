@@ -36,7 +36,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 
 from xrpo.algo.allocation import plan_phases
-from xrpo.algo.rounds import batch_counts, get_allocator, plan_round, plans_rounds
+from xrpo.algo.rounds import batch_counts, get_allocator, history_window, plan_round, plans_rounds
 from xrpo.integrations.verl.advantage import ESTIMATOR_NAME
 from xrpo.integrations.verl.config import rollouts_per_step, validate_xrpo_config
 from xrpo.integrations.verl.phases import (
@@ -131,7 +131,7 @@ class RayXRPOTrainer(RayPPOTrainer):
         # each prompt's last visit, for an allocator that reads it (knapsack, xrpo-plus), as xrpo train keeps it
         self.history = None
         if get_allocator(self.xrpo.allocation).uses_history:
-            self.history = VisitHistory(len(self.train_dataset))
+            self.history = VisitHistory(len(self.train_dataset), history_window(self.xrpo))
 
     # ------------------------------------------------------------------ checkpoints: the corpus and history go along
     def _step_folder(self) -> str:
