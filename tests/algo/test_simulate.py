@@ -330,7 +330,7 @@ def test_oracle_beats_every_fixed_allocation_in_expectation():
 
 
 def test_cures_allocation_is_cures_state_select():
-    from xrpo.rollout.cures import CuresState
+    from xrpo.algo.visits import CuresState
 
     rng = np.random.default_rng(5)
     trials = rng.integers(0, 9, 40)

@@ -629,10 +629,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "history-window-not-restored",
-        "xrpo/rollout/cures.py",
+        "xrpo/algo/visits.py",
         "            self.recent, self.observed = recent\n",
         "            pass\n",
-        ("tests/rollout/test_cures.py::test_a_window_keeps_the_latest_rewards_across_visits_beside_the_last_visit",),
+        ("tests/algo/test_visits.py::test_a_window_keeps_the_latest_rewards_across_visits_beside_the_last_visit",),
         "a resumed Knapsack RL run forgets every problem's latest rewards",
     ),
     Mutant(

@@ -12,7 +12,7 @@ from numpy.testing import assert_array_equal
 from xrpo.algo.knapsack import knapsack_allocation
 from xrpo.algo.knapsack_rl import authors_allocation, recent_rate
 from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
-from xrpo.rollout.cures import last_visit_state
+from xrpo.algo.visits import last_visit_state
 from xrpo.sim.methods import StepContext
 from xrpo.sim.model import StepOutcome, last_visit_draw, neighbor_rates, step_metrics
 from xrpo.sim.runner import SIM_METHODS, SimConfig, simulate

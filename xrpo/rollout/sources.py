@@ -30,6 +30,7 @@ import numpy as np
 
 from xrpo.algo.config import CuresConfig, TreePOConfig, section_values
 from xrpo.algo.rounds import get_allocator, history_window, refill_keep, refill_more
+from xrpo.algo.visits import CuresState, last_visit_state, visit_history
 from xrpo.data import Problem
 from xrpo.rollout import cures as cures_lib
 from xrpo.rollout.advantages import compute_advantages
@@ -229,13 +230,13 @@ class PlannerSource(_EpochSource):
     (`history_window`: Knapsack RL's authors' rule), its latest outcomes across visits; handed to the planner as
     `PromptHistory` and saved in every checkpoint ("history"), so a resumed run plans what the uninterrupted run
     planned. The rule is
-    `xrpo.rollout.cures`' (`visit_history`, `observe_visit`), which the verl driver keeps too."""
+    `xrpo.algo.visits`' (`visit_history`) and `xrpo.rollout.cures.observe_visit`, which the verl driver keeps too."""
 
     def __init__(self, ctx: SourceContext, knobs: Any = None):
         super().__init__(ctx)
         self.history = None
         if get_allocator(ctx.plan.allocation).uses_history:
-            self.history = cures_lib.last_visit_state(len(ctx.problems), history_window(ctx.plan))
+            self.history = last_visit_state(len(ctx.problems), history_window(ctx.plan))
 
     def generate(self, problems: list[Problem], sampling: SamplingParams, history=None) -> PlanResult:
         c = self.ctx
@@ -250,7 +251,7 @@ class PlannerSource(_EpochSource):
         c = self.ctx
         idx = self.order.next(c.prompts_per_step)
         problems = [c.problems[i] for i in idx]
-        history, metrics = cures_lib.visit_history(h, idx)
+        history, metrics = visit_history(h, idx)
         plan = self.generate(problems, c.step_sampling(step, batch), history)
         plan.metrics.update(metrics)
         cures_lib.observe_visit(h, idx, plan, c.plan.full_reward)
@@ -368,7 +369,7 @@ class CuresSource:
         self.ctx = ctx
         k = section_values(knobs, CuresConfig)
         self.warmup_rollouts = k["cures_warmup_rollouts"]
-        self.state = cures_lib.CuresState.new(
+        self.state = CuresState.new(
             len(ctx.problems),
             prior_alpha=k["cures_prior_alpha"],
             prior_beta=k["cures_prior_beta"],

@@ -39,7 +39,7 @@ from xrpo.algo.rounds import (
     refill_more,
 )
 from xrpo.algo.signal import as_rates, check_count
-from xrpo.rollout.cures import last_visit_state, visit_history
+from xrpo.algo.visits import last_visit_state, visit_history
 
 __all__ = [
     "Draw",
@@ -215,7 +215,7 @@ def last_visit_draw(p, last_visit: int, rng: np.random.Generator, window: int = 
 
     With a ``window`` (`xrpo.algo.rounds.history_window`: Knapsack RL's authors' rule reads each prompt's latest
     rewards), the visit's rollouts are drawn one by one, Bernoulli(p), and observed into the trainer's history
-    (`xrpo.rollout.cures.last_visit_state`, ``observe``, `visit_history`), which the history then returns."""
+    (`xrpo.algo.visits.last_visit_state`, ``observe``, `visit_history`), which the history then returns."""
     pp = as_rates(p)
     n = np.full(pp.shape[0], check_count(last_visit, "last_visit", 0), dtype=np.int64)
     if not window:

@@ -19,6 +19,7 @@ pytest.importorskip("verl")
 from xrpo.algo.allocation import plan_phases  # noqa: E402
 from xrpo.algo.knapsack_rl import authors_allocation, recent_rate  # noqa: E402
 from xrpo.algo.rounds import batch_counts, history_window, one_batch_counts, plan_round  # noqa: E402
+from xrpo.algo.visits import last_visit_state, visit_history  # noqa: E402
 from xrpo.integrations.verl.phases import (  # noqa: E402
     HISTORY_FILE,
     ROUND_KEY,
@@ -27,7 +28,7 @@ from xrpo.integrations.verl.phases import (  # noqa: E402
     plan_result,
     rewards_by_prompt,
 )
-from xrpo.rollout.cures import last_visit_state, observe_visit, visit_history  # noqa: E402
+from xrpo.rollout.cures import observe_visit  # noqa: E402
 
 from .test_trainer import PROMPTS, _build, _rewards, _step_inputs  # noqa: E402
 

@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 from xrpo.algo.rounds import PromptHistory, get_allocator
+from xrpo.algo.visits import last_visit_state, visit_history
 from xrpo.icl import build_icl_prompt
-from xrpo.rollout.cures import last_visit_state, observe_visit, visit_history
+from xrpo.rollout.cures import observe_visit
 from xrpo.rundir.files import write_atomic
 
 __all__ = [
@@ -480,13 +481,13 @@ class VisitHistory:
     """Each training prompt's last visit, for an allocator that reads history (``uses_history``: knapsack,
     xrpo-plus), keyed by the prompt's problem id (`problem_id`: ``extra_info.index``, else its text).
 
-    The state and its rule are the trainer's (`xrpo.rollout.cures`): a `CuresState` with keep="last" over the
-    training set (`last_visit_state`), each prompt's successes (reward >= full_reward) and rollouts of its latest
-    step, ICL-seeded rollouts left out (`observe_visit`), and with a ``window`` (`xrpo.algo.rounds.history_window`:
-    Knapsack RL's authors' rule) its latest outcomes across visits, handed to the planner with
-    ``alloc/history_frac`` (`visit_history`). The trainer indexes it by training-set position; verl's dataloader
-    hands the driver rows without one, so each problem id gets a slot the first time the driver meets it (``ids``:
-    slot -> id).
+    The state and its rule are the trainer's (`xrpo.algo.visits`, `xrpo.rollout.cures.observe_visit`): a
+    `CuresState` with keep="last" over the training set (`last_visit_state`), each prompt's successes (reward >=
+    full_reward) and rollouts of its latest step, ICL-seeded rollouts left out (`observe_visit`), and with a
+    ``window`` (`xrpo.algo.rounds.history_window`: Knapsack RL's authors' rule) its latest outcomes across visits,
+    handed to the planner with ``alloc/history_frac`` (`visit_history`). The trainer indexes it by training-set
+    position; verl's dataloader hands the driver rows without one, so each problem id gets a slot the first time the
+    driver meets it (``ids``: slot -> id).
     """
 
     def __init__(self, num_problems: int, window: int = 0):
