@@ -212,3 +212,11 @@ def test_a_regime_trains_once_and_a_second_call_skips_it(learning, study_env, tm
     assert rl.main(argv, log=lines.append) == 0
     assert "2 done, 0 to resume, 0 to start" in lines[0]
     assert (out / "grpo" / "seed0" / "metrics.jsonl").stat().st_mtime_ns == stamp
+
+
+def test_committed_results_page_has_every_regimes_markers(learning):
+    _, rl = learning
+    text = (rl.ROOT / "docs" / "results.md").read_text()
+    for name in rl.REGIMES:
+        b, e = rl.begin_marker(name), rl.end_marker(name)
+        assert text.count(b) == 1 and text.count(e) == 1 and text.index(b) < text.index(e), name
