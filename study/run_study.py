@@ -297,6 +297,39 @@ def run_all(args, specs: list[Spec], states: dict[str, str], log=print) -> list[
     return failed
 
 
+def prepare(args) -> tuple[list[Spec], dict[str, str], dict]:
+    """The study's runs (`plan`), each one's state on disk (`run_state`) and its trainer config, every config built
+    (and validated) and checked against a run already on disk (`check_same_config`) before anything trains."""
+    specs = plan(args)
+    states, configs = {}, {}
+    for s in specs:
+        cfg = build_config(args.config, s.overrides)
+        configs[str(s.path)] = cfg
+        check_same_config(s, to_dict(cfg))
+        states[str(s.path)] = run_state(s)
+    return specs, states, configs
+
+
+def show_plan(args, specs: list[Spec], states: dict[str, str], log=print, *, each: bool = True) -> None:
+    """One line of counts (done / to resume / to start), then each run's state when ``each``."""
+    counts = {k: sum(1 for v in states.values() if v == k) for k in ("done", "resume", "new")}
+    log(
+        f"{len(specs)} runs ({len(args.methods)} methods x {len(args.seeds)} seeds) in {Path(args.out).resolve()}: "
+        f"{counts['done']} done, {counts['resume']} to resume, {counts['new']} to start; {args.workers} at a time"
+    )
+    if each:
+        for s in specs:
+            log(f"  {states[str(s.path)]:6s} {s.method} seed{s.seed}  {s.path}")
+
+
+def train(args, specs: list[Spec], states: dict[str, str], configs: dict, log=print) -> list[tuple[Spec, dict]]:
+    """Trains every run not done (`run_all`), the default model built once first; returns the failed runs."""
+    show_plan(args, specs, states, log, each=False)
+    if any(v != "done" for v in states.values()):
+        prebuild_default_model(configs[str(specs[0].path)])
+    return run_all(args, specs, states, log)
+
+
 # ================================================================================================ report
 def setup_lines(args, runs: dict) -> list[str]:
     lines = []
@@ -419,42 +452,33 @@ def main(argv: list[str] | None = None, log=print) -> int:
             return 0
         for key in check_overrides(args.config_overrides, args.config):
             log(f"note: {key} from the base of --config {args.config} is overridden by the study's {OWNED[key]}")
-        specs = plan(args)
-        states, configs = {}, {}
-        for s in specs:  # every config is built (and validated) before anything trains
-            cfg = build_config(args.config, s.overrides)
-            configs[str(s.path)] = cfg
-            check_same_config(s, to_dict(cfg))
-            states[str(s.path)] = run_state(s)
+        specs, states, configs = prepare(args)
     except (StudyError, report.StudyDataError, ValueError, FileNotFoundError) as e:
         print(f"study: error: {e}", file=sys.stderr)
         return 2
-    counts = {k: sum(1 for v in states.values() if v == k) for k in ("done", "resume", "new")}
-    log(
-        f"{len(specs)} runs ({len(args.methods)} methods x {len(args.seeds)} seeds) in {Path(args.out).resolve()}: "
-        f"{counts['done']} done, {counts['resume']} to resume, {counts['new']} to start; {args.workers} at a time"
-    )
     if args.plan:
-        for s in specs:
-            log(f"  {states[str(s.path)]:6s} {s.method} seed{s.seed}  {s.path}")
+        show_plan(args, specs, states, log)
         return 0
-    if counts["done"] < len(specs):
-        prebuild_default_model(configs[str(specs[0].path)])
-    failed = run_all(args, specs, states, log)
+    failed = train(args, specs, states, configs, log)
     rc = 0
     try:
         make_report(args, log)
     except (StudyError, report.StudyDataError) as e:
         print(f"study: error: {e}", file=sys.stderr)
         rc = 2
+    report_failures(failed, "study")
+    return 1 if failed else rc
+
+
+def report_failures(failed: list[tuple[Spec, dict]], prog: str) -> None:
+    """One line on stderr per failed run: why, its log, and that the same command retries it."""
     for spec, seg in failed:
         why = seg.get("error") or f"exit {seg['rc']}"
         print(
-            f"study: {spec.method} seed{spec.seed} failed ({why}); log: {spec.path / 'study.log'}; run the same "
+            f"{prog}: {spec.method} seed{spec.seed} failed ({why}); log: {spec.path / 'study.log'}; run the same "
             f"command again to retry it",
             file=sys.stderr,
         )
-    return 1 if failed else rc
 
 
 if __name__ == "__main__":

@@ -93,7 +93,12 @@ def group_signal(rounds: Sequence[dict]) -> dict[str, float] | None:
 
     Returns, over the run: ``nonzero_share`` (rollouts in groups with reward variance / rollouts generated),
     ``zero_variance_groups`` (share of groups), ``nonzero_per_step`` (rollouts with a non-zero advantage per step),
-    or None when the run logged no rounds (a resumed step's rows are rewritten identically; the last is kept)."""
+    ``mixed_groups_per_step`` (groups with reward variance per step: the prompts whose gradient is not zero),
+    ``mixed_group_size`` (their mean number of rollouts) and ``update_prompts`` (what the update sees: per step, the
+    effective number of prompts (sum w)^2 / sum w^2 over the prompts' weights in the loss, w = the sum of the
+    |advantage| of its rollouts, 2 sqrt(n (n - 1) mu (1 - mu)) for a group of n with success rate mu under GRPO's
+    sample-std advantage; 0 for a step with no mixed group; mean over steps), or None when the run logged no rounds
+    (a resumed step's rows are rewritten identically; the last is kept)."""
     rows: dict[tuple, dict] = {}
     for r in rounds:
         if "successes" not in r or "alloc" not in r:
@@ -113,11 +118,22 @@ def group_signal(rounds: Sequence[dict]) -> dict[str, float] | None:
     live = n > 0
     n, c = n[live], c[live]
     mixed = (c > 0) & (c < n)
+    step_of = np.array([k[0] for k, g in groups.items() if g[0] > 0])
     steps = len({k[0] for k in groups})
+    # a prompt's weight in the update: sum_j |A_j| = 2 sqrt(n (n - 1) mu (1 - mu)) (sample-std advantages)
+    mu = np.divide(c, n, out=np.zeros_like(c), where=n > 0)
+    w = np.where(mixed, 2.0 * np.sqrt(n * (n - 1.0) * mu * (1.0 - mu)), 0.0)
+    ess = []
+    for st in sorted(set(step_of.tolist())):
+        ws = w[step_of == st]
+        ess.append(float(ws.sum() ** 2 / (ws * ws).sum()) if ws.sum() > 0 else 0.0)
     return {
         "nonzero_share": float(n[mixed].sum() / n.sum()),
         "zero_variance_groups": float(1.0 - mixed.mean()),
         "nonzero_per_step": float(n[mixed].sum() / steps),
+        "mixed_groups_per_step": float(mixed.sum() / steps),
+        "mixed_group_size": float(n[mixed].mean()) if mixed.any() else 0.0,
+        "update_prompts": float(np.mean(ess)),
     }
 
 

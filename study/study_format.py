@@ -23,6 +23,8 @@ LABELS = {
     "xrpo-gspo": "XRPO + GSPO",
     "dr_grpo": "Dr. GRPO",
     "grpo-deepseekmath": "GRPO (DeepSeekMath)",
+    "knapsack": "Knapsack RL",
+    "xrpo-plus": "xrpo-plus",
 }
 
 # What the paper reports, in percent (XRPO: "Pushing the limits of GRPO with Targeted Exploration and

@@ -97,17 +97,18 @@ def write_atomic(path: Path, text: str) -> None:
     rundir_write_atomic(path, text)
 
 
-def replace_generated(doc: str, generated: str) -> str:
-    """``doc`` with the text between the study markers replaced; the markers are appended when absent."""
-    block = f"{BEGIN}\n\n{generated.rstrip()}\n\n{END}"
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        if END not in rest:
-            raise StudyDataError(f"the document has {END!r} before {BEGIN!r}")
-        tail = rest.split(END, 1)[1]
+def replace_generated(doc: str, generated: str, begin: str = BEGIN, end: str = END) -> str:
+    """``doc`` with the text between the markers ``begin`` and ``end`` (the study's by default) replaced; the markers
+    are appended when absent."""
+    block = f"{begin}\n\n{generated.rstrip()}\n\n{end}"
+    if begin in doc and end in doc:
+        head, rest = doc.split(begin, 1)
+        if end not in rest:
+            raise StudyDataError(f"the document has {end!r} before {begin!r}")
+        tail = rest.split(end, 1)[1]
         return head + block + tail
-    if (BEGIN in doc) != (END in doc):
-        raise StudyDataError(f"the document has only one of the markers {BEGIN!r} / {END!r}")
+    if (begin in doc) != (end in doc):
+        raise StudyDataError(f"the document has only one of the markers {begin!r} / {end!r}")
     return doc.rstrip() + "\n\n" + block + "\n"
 
 

@@ -14,27 +14,27 @@ from xrpo.algo.posterior_alloc import (
     expected_informative,
     fit_beta_prior,
     group_mixed_prob,
+    group_value,
     posterior_allocation,
     posterior_params,
 )
 
 
-def _objective(k, m, x, **kw) -> float:
-    """sum_i G_i(x_i) under the posterior posterior_allocation uses (same keyword arguments)."""
+def _objective(k, m, x, power: float = 1.0, **kw) -> float:
+    """sum_i V_i(x_i) (G_i(x_i) at power 1) under the posterior posterior_allocation uses (same keyword arguments)."""
     a, b = posterior_params(k, m, **kw)
     g = [
-        expected_informative(a[i : i + 1], b[i : i + 1], k[i : i + 1], m[i : i + 1], [x[i]])[0, 0]
-        for i in range(len(k))
+        group_value(a[i : i + 1], b[i : i + 1], k[i : i + 1], m[i : i + 1], [x[i]], power)[0, 0] for i in range(len(k))
     ]
     return float(sum(g))
 
 
-def _brute_force(k, m, budget, caps, **kw) -> float:
-    """The reference twin: the best sum_i G_i(x_i) over every allocation within the caps summing to the budget."""
+def _brute_force(k, m, budget, caps, power: float = 1.0, **kw) -> float:
+    """The reference twin: the best sum_i V_i(x_i) over every allocation within the caps summing to the budget."""
     best = -np.inf
     for x in itertools.product(*(range(int(c) + 1) for c in caps)):
         if sum(x) == budget:
-            best = max(best, _objective(k, m, x, **kw))
+            best = max(best, _objective(k, m, x, power, **kw))
     return best
 
 
@@ -174,7 +174,9 @@ def test_mixed_prompts_share_the_pool_evenly():
     assert_array_equal(posterior_allocation([1, 2, 1], [4, 4, 4], 0), [0, 0, 0])
 
 
-def test_posterior_allocation_matches_brute_force():
+@pytest.mark.parametrize("power", [1.0, 0.75, 0.5, 0.25, 0.0])
+def test_posterior_allocation_matches_brute_force(power):
+    # power 1: the pooled fast path; below: the DP over every prompt (step 4)
     rng = np.random.default_rng(3)
     for trial in range(120):
         Q = int(rng.integers(1, 4))
@@ -187,11 +189,12 @@ def test_posterior_allocation_matches_brute_force():
             kw = {"history_successes": rng.binomial(8, 0.5, Q), "history_trials": np.full(Q, 8)}
         if trial % 3 == 2:
             kw = {"prior": (float(rng.uniform(0.2, 3)), float(rng.uniform(0.2, 3)))}
-        x = posterior_allocation(k, m, B, max_per_prompt=caps, **kw)
+        x = posterior_allocation(k, m, B, max_per_prompt=caps, size_power=power, **kw)
         assert x.sum() == B and np.all(x <= caps) and np.all(x >= 0)
         # exact below max_units: the DP's total equals the best total over all allocations (sums of a few terms
         # of size <= 10: equal up to ~1e-13)
-        assert _objective(k, m, x, **kw) == pytest.approx(_brute_force(k, m, B, caps, **kw), abs=1e-12)
+        got = _objective(k, m, x, power, **kw)
+        assert got == pytest.approx(_brute_force(k, m, B, caps, power, **kw), abs=1e-12)
 
 
 def test_large_budgets_are_planned_in_units():
@@ -428,3 +431,61 @@ def test_expected_informative_checks_its_arguments_as_group_mixed_prob_does():
             fn([1.0], [1.0], 0, 2, [1])
         with pytest.raises(ValueError, match=r"extra must be \(X,\) or \(1, X\) numbers of rollouts >= 0"):
             fn([1.0], [1.0], [0], [2], [[1, 2], [3, 4]])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# step 4: a group's value grows as n^gamma
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_group_value_hand():
+    # 0 of 2 under Beta(1, 1) -> Beta(1, 3): P(mixed after x more) = 1 - E[(1-p)^x] = 1 - 3 / (3 + x);
+    # x = 6: 2/3, V = 8^gamma * 2/3; a mixed prompt (1 of 2): P = 1, V = (2 + x)^gamma
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 2.0])
+    v = group_value(a, b, [0, 1], [2, 2], [0, 6], 0.5)
+    assert_allclose(v, [[0.0, np.sqrt(8) * 2 / 3], [np.sqrt(2), np.sqrt(8)]], rtol=1e-12)
+    assert_allclose(group_value(a, b, [0, 1], [2, 2], [6], 0.0), [[2 / 3], [1.0]], rtol=1e-12)
+    # power 1 is expected_informative
+    assert_allclose(
+        group_value(a, b, [0, 1], [2, 2], [0, 3, 6], 1.0), expected_informative(a, b, [0, 1], [2, 2], [0, 3, 6])
+    )
+
+
+def test_size_power_spreads_the_round_to_flat_prompts():
+    # prompt 0 mixed (1 of 2), prompt 1 flat (0 of 2: Beta(1, 3), P(mixed | x) = x / (3 + x)), budget 2
+    # gamma = 1: net gain of the flat prompt (2 + x) x / (3 + x) - x < 0 -> both to the mixed prompt
+    assert_array_equal(posterior_allocation([1, 0], [2, 2], 2), [2, 0])
+    # gamma = 1/2: (2, 0): sqrt(4) = 2; (1, 1): sqrt(3) + sqrt(3) / 4 = 2.165; (0, 2): sqrt(2) + 2 * 2/5 = 2.214
+    assert_array_equal(posterior_allocation([1, 0], [2, 2], 2, size_power=0.5), [0, 2])
+    # gamma = 0: the mixed prompt is worth 1 whatever its size; the flat one 2/5 at x = 2
+    assert_array_equal(posterior_allocation([1, 0], [2, 2], 2, size_power=0.0), [0, 2])
+    # gamma = 1/2 with both mixed: concave values, the round is split evenly
+    assert_array_equal(posterior_allocation([1, 1], [2, 2], 4, size_power=0.5), [2, 2])
+
+
+def test_size_power_above_max_units_plans_in_units():
+    rng = np.random.default_rng(6)
+    m = np.full(8, 4)
+    k = rng.binomial(m, 0.4)
+    coarse = posterior_allocation(k, m, 64, max_units=16, size_power=0.5)
+    exact = posterior_allocation(k, m, 64, max_units=64, size_power=0.5)
+    assert coarse.sum() == exact.sum() == 64 and np.all(coarse % 4 == 0)
+    assert _objective(k, m, coarse, 0.5) <= _objective(k, m, exact, 0.5) + 1e-12
+    # a remainder below one unit goes one rollout at a time, within the caps (caps that are not multiples of the
+    # unit leave remainders too)
+    y = posterior_allocation(k, m, 65, max_units=16, size_power=0.5, max_per_prompt=10)
+    assert y.sum() == 65 and np.all(y <= 10)
+    for _ in range(200):
+        Q = int(rng.integers(1, 5))
+        mm = rng.integers(1, 5, Q)
+        kk = rng.binomial(mm, rng.random(Q))
+        caps = rng.integers(0, 9, Q)
+        B = int(rng.integers(0, caps.sum() + 1))
+        z = posterior_allocation(kk, mm, B, max_units=2, size_power=0.5, max_per_prompt=caps)
+        assert z.sum() == B and np.all(z <= caps) and np.all(z >= 0)
+
+
+def test_size_power_is_checked():
+    for bad in (-0.1, 1.5, float("nan"), True, "0.5"):
+        with pytest.raises(ValueError, match="size_power"):
+            posterior_allocation([1, 0], [2, 2], 2, size_power=bad)

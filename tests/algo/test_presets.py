@@ -23,7 +23,7 @@ from xrpo.algo.presets import (
 DESIGN_KNOBS = (
     "policy_loss clip_low clip_high loss_agg kl_coef kl_estimator"  # LossConfig
     " adv_scale tree_advantage"  # AdvantageConfig
-    " allocation n_base plan_rounds alpha lam alloc_mode max_extra_per_prompt"
+    " allocation n_base plan_rounds alpha lam alloc_mode max_extra_per_prompt group_size_power"
     " knapsack_fallback knapsack_max_n knapsack_window knapsack_min_rewards knapsack_zero_at_floor"  # AllocationConfig
     " icl icl_k"  # ICLConfig
     " sharpen icl_novelty lam_nov kappa_clip full_reward"  # SharpenConfig
@@ -51,6 +51,8 @@ EXPECTED_PRESETS = {
     "cures",
     "knapsack",
     "xrpo-plus",
+    "xrpo-plus-sqrt",
+    "xrpo-plus-groups",
 }
 
 
@@ -73,6 +75,7 @@ VALID = {
     "lam": lambda v: _is_real(v) and v >= 0,
     "alloc_mode": lambda v: v in ("proportional", "greedy"),
     "max_extra_per_prompt": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "group_size_power": lambda v: _is_real(v) and 0 <= v <= 1,
     "knapsack_fallback": lambda v: v in ("authors", "leftover", "jeffreys"),
     "knapsack_max_n": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 2,
     "knapsack_window": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
@@ -335,3 +338,8 @@ def test_allocation_beyond_the_paper_presets():
     assert "2509.25849" in preset_sources("knapsack")["allocation"]
     src = preset_sources("xrpo-plus")
     assert "posterior_alloc" in src["allocation"] and "1.344" in src["n_base"] and "1.397" in src["n_base"]
+    # the variants that value prompts with a gradient differ from xrpo-plus in the size power only
+    for name, power in (("xrpo-plus-sqrt", 0.5), ("xrpo-plus-groups", 0.0)):
+        assert _diff(name, "xrpo-plus") == {"group_size_power"} and get_preset(name)["group_size_power"] == power
+        assert "step 4" in preset_sources(name)["group_size_power"]
+    assert get_preset("xrpo-plus")["group_size_power"] == 1.0

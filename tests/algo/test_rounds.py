@@ -240,6 +240,11 @@ def test_the_xrpo_plus_allocator_is_posterior_allocation_on_the_step_and_history
         # without history: the step's rewards alone
         alone = posterior_allocation(k, m, budget, max_per_prompt=cap)
         assert get_allocator("xrpo-plus").fn(rewards, budget, knobs, None).tolist() == alone.tolist()
+        # the knobs' size power reaches the planner
+        power = float(rng.choice([0.0, 0.5]))
+        knobs = AllocationConfig(allocation="xrpo-plus", max_extra_per_prompt=cap, group_size_power=power)
+        want = posterior_allocation(k, m, budget, max_per_prompt=cap, size_power=power)
+        assert get_allocator("xrpo-plus").fn(rewards, budget, knobs, None).tolist() == want.tolist()
 
 
 def test_xrpo_plus_uses_the_history_and_seeds_unsolved_prompts():

@@ -14,7 +14,7 @@ from xrpo.algo.knapsack_rl import authors_allocation, recent_rate
 from xrpo.algo.posterior_alloc import fit_beta_prior, posterior_allocation
 from xrpo.algo.visits import last_visit_state
 from xrpo.sim.methods import StepContext
-from xrpo.sim.model import last_visit_draw, neighbor_rates
+from xrpo.sim.model import StepOutcome, last_visit_draw, neighbor_rates, step_metrics
 from xrpo.sim.runner import SIM_METHODS, SimConfig, simulate
 
 NEW = [
@@ -143,3 +143,49 @@ def test_xrpo_plus_gains_more_than_hrp_on_the_studys_rates():
     hrp = res["methods"]["hrp"]["vs_uniform"]["informative_share"]
     assert plus["ratio"] - plus["ci"] > 1.2
     assert plus["ratio"] - plus["ci"] > hrp["ratio"] + hrp["ci"]
+
+
+def test_step_metrics_group_value_is_the_planners_objective_measured():
+    # groups of 8 (mixed), 2 (mixed), 4 (all wrong), 6 (mixed, dropped by a filter): the objective sums n^gamma over
+    # the trained mixed groups only
+    o = StepOutcome(
+        p=np.full(4, 0.5),
+        counts=np.array([8, 2, 4, 6]),
+        successes=np.array([3, 1, 0, 2]),
+        trained=np.array([True, True, True, False]),
+        seeded=np.zeros(4, dtype=np.int64),
+        flips=np.zeros(4, dtype=np.int64),
+    )
+    assert step_metrics(o, size_power=1.0)["group_value"] == 10.0  # = informative rollouts
+    assert step_metrics(o, size_power=0.0)["group_value"] == 2.0  # = informative groups
+    got = step_metrics(o, size_power=0.5)
+    assert got["group_value"] == pytest.approx(np.sqrt(8) + np.sqrt(2), rel=1e-15)
+    assert got["group_value_per_rollout"] == pytest.approx((np.sqrt(8) + np.sqrt(2)) / 20, rel=1e-15)
+    with pytest.raises(ValueError, match="size_power"):
+        step_metrics(o, size_power=2.0)
+
+
+def test_group_size_power_reaches_the_planner_and_the_figures():
+    # the simulator's xrpo-plus is the registered allocator with the knob: gamma = 1/2 draws the same base round,
+    # then plans each round with posterior_allocation(size_power=0.5)
+    p = np.array([0.0, 0.1, 0.3, 0.5, 0.6, 0.8, 0.95, 1.0])
+    out = _step("xrpo-plus", p, np.random.default_rng(1), rollouts=48, n_base=2, last_visit=0, group_size_power=0.5)
+    rng = np.random.default_rng(1)
+    m = np.full(8, 2)
+    k = rng.binomial(m, p)
+    for b in (16, 16):
+        x = posterior_allocation(k, m, b, size_power=0.5)
+        k, m = k + rng.binomial(x, p), m + x
+    assert_array_equal(out.counts, m)
+    # the figures report the objective with the config's gamma, and its ratio to uniform
+    res = simulate(
+        SimConfig(dist=STUDY_FIT, methods=["uniform", "xrpo-plus"], steps=30, n_base=2, group_size_power=0.5),
+        latency=False,
+    )
+    u, x = res["methods"]["uniform"], res["methods"]["xrpo-plus"]
+    assert u["group_value"]["mean"] > u["informative_groups"]["mean"]  # groups of 8: sqrt(8) each
+    assert x["vs_uniform"]["group_value_per_rollout"]["ratio"] == pytest.approx(
+        x["group_value_per_rollout"]["mean"] / u["group_value_per_rollout"]["mean"], rel=1e-12
+    )
+    with pytest.raises(ValueError, match="group_size_power"):
+        SimConfig(group_size_power=1.5)

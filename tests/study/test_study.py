@@ -36,7 +36,20 @@ def test_group_signal_counts_a_prompts_rollouts_over_every_round_of_its_step(stu
     ]
     got = rep.group_signal(rounds)
     # groups a (6, mixed), b (4, all right), c (8, mixed), d (8), e (8): 14 of 34 rollouts, 3 of 5 groups flat
-    assert got == {"nonzero_share": 14 / 34, "zero_variance_groups": 3 / 5, "nonzero_per_step": 14 / 2}
+    # mixed groups a and c over 2 steps, of 6 and 8 rollouts; each step's update has one prompt with a gradient
+    assert got == {
+        "nonzero_share": 14 / 34,
+        "zero_variance_groups": 3 / 5,
+        "nonzero_per_step": 14 / 2,
+        "mixed_groups_per_step": 2 / 2,
+        "mixed_group_size": 14 / 2,
+        "update_prompts": 1.0,
+    }
+    # two mixed prompts in one step, groups of 2 (1 of 2) and 8 (4 of 8): weights 2 sqrt(2 * 1 / 4) = sqrt(2) and
+    # 2 sqrt(8 * 7 / 4) = 2 sqrt(14); effective prompts (w1 + w2)^2 / (w1^2 + w2^2)
+    two = rep.group_signal([{"step": 1, "round": 0, "alloc": [2, 8], "successes": [1, 4], "problems": ["a", "b"]}])
+    w1, w2 = 2**0.5, 2 * 14**0.5
+    assert two["update_prompts"] == pytest.approx((w1 + w2) ** 2 / (w1 * w1 + w2 * w2), rel=1e-12)
     assert rep.group_signal([{"step": 1, "round": 0, "alloc": [4]}]) is None
 
 

@@ -120,6 +120,11 @@ class AllocationConfig:
     """Cap on the extra rollouts one prompt may get in one planning round (knapsack with knapsack_fallback=leftover
     or jeffreys: in its one batch; the authors' rule caps with knapsack_max_n); None: no cap. Times the prompts it
     must cover the largest round (checked with the config)."""
+    group_size_power: float = 1.0
+    """xrpo-plus: a group of n rollouts whose rewards are not all equal is worth n^group_size_power in the planner's
+    objective, in [0, 1]: 1 maximises the expected rollouts with a non-zero advantage, 0 the expected prompts that
+    carry a gradient, 0.5 values a prompt's gradient by the signal-to-noise of its n rollouts
+    (xrpo.algo.posterior_alloc)."""
     knapsack_fallback: str = "authors"
     """knapsack: "authors" (the Knapsack RL authors' code: each mixed prompt costs the rollouts that show its rarer
     outcome with probability 0.9; when those costs add up to less than the budget left after the floors, the
@@ -371,6 +376,7 @@ def _allocation(o: Any, where: str) -> None:
     _check_choice(o, where, "alloc_mode", ALLOC_MODES)
     if o.max_extra_per_prompt is not None:
         check_int(o, where, "max_extra_per_prompt", 0, " or null")
+    check_number(o, where, "group_size_power", 0, most=1)
     _check_choice(o, where, "knapsack_fallback", KNAPSACK_FALLBACKS)
     check_int(o, where, "knapsack_max_n", 2, " (the 2-rollout floor of every prompt)")
     check_int(o, where, "knapsack_window", 1)

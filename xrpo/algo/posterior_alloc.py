@@ -47,10 +47,25 @@ seeding of prompts with no success yet); only the split of each round's budget c
    objective: a flat prompt whose posterior says one success is likely may receive a whole round (all its m_i base
    rollouts become informative if it mixes); ``max_per_prompt`` bounds such bets.
 
+4. **The size of a group's value** (``size_power`` gamma in [0, 1]). Step 2 values a mixed group by its rollouts,
+   which is what the informative share counts, and it is not what the update learns from: a mixed group's rollouts
+   estimate one prompt's gradient, so its 37th rollout sharpens an estimate the update already has, where a prompt
+   left flat contributes nothing at all. Measured in training (docs/results.md, "Learning speed"), step 2's rule
+   gives a gradient to fewer prompts than GRPO's even split (it pools the rounds on the prompts the base round
+   left mixed) and learns no faster. The general value is
+
+       V_i(x) = (m_i + x)^gamma P(group of m_i + x not all equal | posterior)
+
+   gamma = 1 is step 2's G_i (informative rollouts); gamma = 0 counts the prompts that carry a gradient (a flat
+   prompt's chance to mix, whatever its size); in between, a mixed group's worth grows as n^gamma, with diminishing
+   returns: gamma = 1/2 is the growth of the signal-to-noise ratio of a mean of n independent per-rollout gradient
+   terms (signal fixed, noise ~ 1/sqrt(n)). With gamma < 1 a mixed prompt's value is concave in x, no longer
+   linear, so the pooled item of step 3 does not apply: the DP runs over every prompt on V_i(x) itself (same units
+   above ``max_units``; what units leave goes one rollout at a time to the largest marginal gain).
+
 What this rule knows that HRP's Eqs. (1)-(3) do not: the base round of the other prompts (through the prior), the
 prompt's earlier visits, and what a success would buy (all m_i + x rollouts, not one). What it does not do: look
-beyond the current round, or value a mixed group by anything but its size (its value is the share target's metric,
-not a model of learning progress).
+beyond the current round.
 
 Everything is numpy/scipy on the host: a few numbers per prompt.
 """
@@ -70,6 +85,7 @@ __all__ = [
     "expected_informative",
     "fit_beta_prior",
     "group_mixed_prob",
+    "group_value",
     "posterior_allocation",
     "posterior_params",
 ]
@@ -313,10 +329,27 @@ def group_mixed_prob(alpha, beta, successes, trials, extra) -> np.ndarray:
 def expected_informative(alpha, beta, successes, trials, extra) -> np.ndarray:
     """G_i(x) = (m_i + x) x :func:`group_mixed_prob`: the expected rollouts with a non-zero advantage in prompt i's
     group after x more rollouts (step 2 of the module docstring). Same arguments; float64 (Q, X)."""
+    return group_value(alpha, beta, successes, trials, extra, 1.0)
+
+
+def check_size_power(power) -> float:
+    """``size_power`` as a float in [0, 1], or a ValueError naming it."""
+    if isinstance(power, bool) or not isinstance(power, (int, float, np.integer, np.floating)):
+        raise ValueError(f"size_power must be a number in [0, 1], got {power!r}")
+    if not (math.isfinite(float(power)) and 0.0 <= float(power) <= 1.0):
+        raise ValueError(f"size_power must lie in [0, 1], got {power!r}")
+    return float(power)
+
+
+def group_value(alpha, beta, successes, trials, extra, power: float) -> np.ndarray:
+    """V_i(x) = (m_i + x)^power x :func:`group_mixed_prob` (step 4 of the module docstring): power 1 is
+    :func:`expected_informative`, power 0 the chance that the prompt carries a gradient. Same arguments as
+    :func:`group_mixed_prob`, ``power`` in [0, 1]; float64 (Q, X)."""
+    g = check_size_power(power)
     mixed = group_mixed_prob(alpha, beta, successes, trials, extra)  # checks every argument, names the bad one
     m, x = finite_array(trials, "trials"), finite_array(extra, "extra")
-    # G_i(x) = (m_i + x) P(group of m_i + x not all equal | posterior)
-    return (m[:, None] + (x[None, :] if x.ndim == 1 else x)) * mixed
+    # V_i(x) = (m_i + x)^gamma P(group of m_i + x not all equal | posterior); 0^0 = 1 is harmless: P(mixed) = 0 there
+    return (m[:, None] + (x[None, :] if x.ndim == 1 else x)) ** g * mixed
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -378,6 +411,24 @@ def _solve(gain_fn, caps_flat: np.ndarray, pool_cap: int, budget: int, unit: int
     return extra, pool
 
 
+def _solve_all(value_fn, caps: np.ndarray, budget: int, unit: int) -> np.ndarray:
+    """Step 4's allocation (gamma < 1): the DP over every prompt in units of ``unit`` rollouts on V_i(x); what the
+    units leave goes one rollout at a time to the prompt of largest marginal V_i(x + 1) - V_i(x) under its cap
+    (none with unit = 1: then the allocation is exact)."""
+    J = caps // unit
+    B_units = min(budget // unit, int(J.sum()))
+    W = int(min(B_units, int(J.max())))
+    x = unit * np.arange(W + 1, dtype=np.float64)
+    extra = unit * knapsack_dp(value_fn(x), B_units, 0, np.minimum(J, W))
+    left = budget - int(extra.sum())
+    while left > 0:
+        g = value_fn(extra[:, None] + np.array([0.0, 1.0])[None, :])  # (Q, 2): V_i(x_i), V_i(x_i + 1)
+        step = np.where(extra < caps, g[:, 1] - g[:, 0], -np.inf)
+        extra[int(np.argmax(step))] += 1
+        left -= 1
+    return extra
+
+
 def posterior_allocation(
     successes,
     trials,
@@ -390,6 +441,7 @@ def posterior_allocation(
     prior_mean=None,
     max_per_prompt=None,
     max_units: int = 128,
+    size_power: float = 1.0,
 ) -> np.ndarray:
     """xrpo-plus: the extra rollouts of one planning round (the module docstring's rule).
 
@@ -399,8 +451,10 @@ def posterior_allocation(
         budget: the round's rollouts B, integer >= 0.
         history_successes, history_trials, history_weight, prior, prior_mean: as :func:`posterior_params`.
         max_per_prompt: None, an integer, or (Q,) integers: the most extra rollouts a prompt may get this round.
-        max_units: budgets up to this many rollouts are solved exactly; above, the all-equal prompts receive
-            multiples of ceil(B / max_units) (integer >= 1).
+        max_units: budgets up to this many rollouts are solved exactly; above, the all-equal prompts (every prompt,
+            with size_power < 1) receive multiples of ceil(B / max_units) (integer >= 1).
+        size_power: gamma of step 4, in [0, 1]: a group of n rollouts whose rewards are not all equal is worth
+            n^gamma (1: informative rollouts, the pooled fast path; < 1: the DP over every prompt).
 
     Returns:
         int64 (Q,) extra rollouts, >= 0, within the caps, summing to ``budget``.
@@ -411,6 +465,7 @@ def posterior_allocation(
         raise ValueError(f"budget must be an integer >= 0, got {budget!r}")
     if isinstance(max_units, bool) or not isinstance(max_units, (int, np.integer)) or max_units < 1:
         raise ValueError(f"max_units must be an integer >= 1, got {max_units!r}")
+    gamma = check_size_power(size_power)
     Q = k.shape[0]
     caps = _caps(max_per_prompt, Q, B)
     out = np.zeros(Q, dtype=np.int64)
@@ -425,6 +480,9 @@ def posterior_allocation(
         prior=prior,
         prior_mean=prior_mean,
     )
+    unit = max(1, -(-B // max_units))
+    if gamma < 1.0:
+        return _solve_all(lambda x: group_value(a, b, k, m, x, gamma), caps, B, unit)
     mixed = (k > 0) & (k < m)
     flat = np.flatnonzero(~mixed)
     pooled = np.flatnonzero(mixed)
@@ -436,7 +494,7 @@ def posterior_allocation(
         def gain(x: np.ndarray) -> np.ndarray:
             return expected_informative(a[flat], b[flat], k[flat], m[flat], x)
 
-        out[flat], y = _solve(gain, caps[flat], pool_cap, B, max(1, -(-B // max_units)))
+        out[flat], y = _solve(gain, caps[flat], pool_cap, B, unit)
     if y:
         # every mixed prompt gains 1 per rollout: they share the pool's rollouts evenly (split_budget's rule)
         out[pooled] = split_budget(np.zeros(pooled.shape[0]), y, max_per_prompt=caps[pooled])

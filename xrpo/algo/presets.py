@@ -253,6 +253,10 @@ DEFAULT_SOURCES: dict[str, str] = {
     "lam": _SENSITIVITY,
     "alloc_mode": _PROPORTIONAL,
     "max_extra_per_prompt": "xrpo default: no cap; the paper caps no prompt's share of a round (" + _PROPORTIONAL + ")",
+    "group_size_power": (
+        "xrpo default: 1, a mixed group worth its rollouts (the expected rollouts with a non-zero advantage); read "
+        "only by allocation=xrpo-plus (xrpo.algo.posterior_alloc)"
+    ),
     "knapsack_fallback": _KNAPSACK_CODE
     + "verl/trainer/ppo/exploration_utils.py, sampling_budget_by_knapsack with allow_fallback=True (its default): "
     '"If estimated cost is less than budget, redistribute excess" to the states with success_rate = 0, else to '
@@ -416,6 +420,23 @@ _XRPO_PLUS_NBASE = (
 )
 _XRPO_PLUS = _derive({}, allocation=Knob("xrpo-plus", _XRPO_PLUS_PLANNER), n_base=Knob(2, _XRPO_PLUS_NBASE))
 
+_XRPO_PLUS_COVERAGE = (
+    "xrpo-plus's planner valuing the prompts that carry a gradient rather than the rollouts that do "
+    "(xrpo.algo.posterior_alloc, step 4): a group of n rollouts whose rewards are not all equal is worth n^gamma. "
+    "In training, xrpo-plus's gamma = 1 pools each round on the prompts its base round left mixed and gives a "
+    "gradient to fewer prompts per step than GRPO's even split (docs/results.md, 'Learning speed')"
+)
+_XRPO_PLUS_SQRT = _derive(
+    _XRPO_PLUS,
+    group_size_power=Knob(
+        0.5, _XRPO_PLUS_COVERAGE + "; gamma = 1/2: a mixed group's worth grows as the signal-to-noise of its mean"
+    ),
+)
+_XRPO_PLUS_GROUPS = _derive(
+    _XRPO_PLUS,
+    group_size_power=Knob(0.0, _XRPO_PLUS_COVERAGE + "; gamma = 0: the expected prompts with a gradient"),
+)
+
 _TREEPO_SAMPLING = _derive(
     _GRPO,
     sampler=Knob("tree", _TPO_S + " " + _TREEPO + " §2.2, Algorithm 1 (Tree-based Sampling)"),
@@ -440,6 +461,8 @@ PRESETS: dict[str, dict[str, Knob]] = {
     "treepo": _TREEPO_FULL,
     "knapsack": _KNAPSACK,
     "xrpo-plus": _XRPO_PLUS,
+    "xrpo-plus-sqrt": _XRPO_PLUS_SQRT,
+    "xrpo-plus-groups": _XRPO_PLUS_GROUPS,
 }
 """Each preset's changes from the defaults (`DEFAULTS`), in `KNOB_NAMES` order."""
 

@@ -271,10 +271,18 @@ def knapsack_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, h
 def xrpo_plus_allocator(rewards: Sequence[np.ndarray], budget: int, knobs: Any, history=None) -> np.ndarray:
     """xrpo-plus: ``posterior_allocation`` of the round's budget on the step's successes so far (reward >=
     ``full_reward``) and the prompts' last visits (``history``; None: the step alone), prior Beta(1, 1), cap the
-    knobs' ``max_extra_per_prompt``."""
+    knobs' ``max_extra_per_prompt``, a mixed group of n worth n^``group_size_power`` (1 without the knob)."""
     k, m = successes_so_far(rewards, knobs)
     hist = {} if history is None else {"history_successes": history.successes, "history_trials": history.trials}
-    return posterior_allocation(k, m, budget, prior="flat", max_per_prompt=knobs.max_extra_per_prompt, **hist)
+    return posterior_allocation(
+        k,
+        m,
+        budget,
+        prior="flat",
+        max_per_prompt=knobs.max_extra_per_prompt,
+        size_power=getattr(knobs, "group_size_power", 1.0),
+        **hist,
+    )
 
 
 def plans_rounds(allocation: str, icl: bool) -> bool:

@@ -81,6 +81,7 @@ def _phased(ctx: StepContext, p, rng, allocation: str, mode: str, binomial: bool
         lam=c.lam,
         max_per_prompt=c.max_extra,
         icl=c.icl,
+        group_size_power=c.group_size_power,
         **kw,
     )
     return outcome_from_phased(p, res)
@@ -155,7 +156,14 @@ def _posterior_variant(n_base: int, prior: str, prior_mean) -> AllocatorFn:
             pr = fit_beta_prior(kb + hk, n_base + hn, moment="variance" if prior == "batch-variance" else "flat")
         hist = {} if history is None else {"history_successes": hk, "history_trials": hn}
         return posterior_allocation(
-            k, m, budget, prior=pr, prior_mean=prior_mean, max_per_prompt=knobs.max_extra_per_prompt, **hist
+            k,
+            m,
+            budget,
+            prior=pr,
+            prior_mean=prior_mean,
+            max_per_prompt=knobs.max_extra_per_prompt,
+            size_power=knobs.group_size_power,
+            **hist,
         )
 
     return fn

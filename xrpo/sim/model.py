@@ -28,6 +28,7 @@ import numpy as np
 
 from xrpo.algo.allocation import plan_phases
 from xrpo.algo.config import AllocationConfig
+from xrpo.algo.posterior_alloc import check_size_power
 from xrpo.algo.rounds import (
     AllocatorFn,
     PromptHistory,
@@ -305,6 +306,7 @@ def phased_step(
     full_reward: float = 1.0,
     history: PromptHistory | None = None,
     allocator: AllocatorFn | None = None,
+    group_size_power: float = 1.0,
 ) -> PhasedResult:
     """One step of Algorithm 1's rounds with rewards from ``draw``: ``n_base`` rollouts per prompt, then for each
     planning round of ``plan_phases`` the trainer's own `plan_round` with the allocator ``allocation`` ("hrp" with
@@ -317,8 +319,8 @@ def phased_step(
         num_prompts: Q >= 1.
         budget: rollouts of the step, >= n_base * Q.
         draw: reward source (:func:`bernoulli_draw`, or a replay of recorded rewards).
-        n_base, rounds, alpha, lam, max_per_prompt, mode: the planner's n_base, plan_rounds, alpha, lam,
-            max_extra_per_prompt, alloc_mode (`xrpo.algo.config.AllocationConfig`).
+        n_base, rounds, alpha, lam, max_per_prompt, mode, group_size_power: the planner's n_base, plan_rounds,
+            alpha, lam, max_extra_per_prompt, alloc_mode, group_size_power (`xrpo.algo.config.AllocationConfig`).
         history: each prompt's earlier visits, for an allocator that reads them (:func:`last_visit_draw`).
         allocator: an unregistered variant of ``allocation``'s function (`plan_round`'s ``allocator``).
 
@@ -335,6 +337,7 @@ def phased_step(
         lam=lam,
         alloc_mode=mode,
         max_extra_per_prompt=max_per_prompt,
+        group_size_power=group_size_power,
     )
     P = check_count(num_prompts, "num_prompts", 1)
     phases = plan_phases(P, budget, n_base, rounds)
@@ -474,30 +477,36 @@ def dapo_step(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def step_metrics(o: StepOutcome, degenerate_eps: float = 0.0) -> dict[str, float]:
+def step_metrics(o: StepOutcome, degenerate_eps: float = 0.0, size_power: float = 1.0) -> dict[str, float]:
     """The simulator's figures of one step (docs/simulate.md defines each).
 
     A group is *informative* when its rewards are not all equal (0 < successes < counts): with 0/1 rewards that is
     exactly when GRPO's group advantage, hence its gradient, is non-zero. Rollouts of groups DAPO dropped count as
-    generated, never as informative.
+    generated, never as informative. ``group_value`` is what xrpo-plus's planner maximises in expectation
+    (`xrpo.algo.posterior_alloc`, step 4): sum over the informative groups of n^gamma, n the group's rollouts.
 
     Args:
         o: the step's groups.
         degenerate_eps: a prompt with p <= eps or p >= 1 - eps counts as always / never solved (0: exactly 0 or 1).
+        size_power: gamma of ``group_value``, in [0, 1] (1: the informative rollouts; 0: the informative groups).
     """
     c, s, p, t = o.counts, o.successes, o.p, o.trained
     mixed = (s > 0) & (s < c)
     has = c > 0
     est = np.divide(s, c, out=np.zeros(c.shape, dtype=np.float64), where=has)
     generated = int(c.sum())
+    # the planner's objective: sum over the informative groups of n^gamma
+    value = float(np.sum(c[t & mixed].astype(np.float64) ** check_size_power(size_power)))
     m = {
         "rollouts_generated": float(generated),
         "rollouts_trained": float(c[t].sum()),
         "prompts": float(c.shape[0]),
         "informative_rollouts": float(c[t & mixed].sum()),
         "informative_groups": float(np.count_nonzero(t & mixed)),
+        "group_value": value,
         "informative_share": float(c[t & mixed].sum()) / generated if generated else 0.0,
         "groups_per_rollout": float(np.count_nonzero(t & mixed)) / generated if generated else 0.0,
+        "group_value_per_rollout": value / generated if generated else 0.0,
         # (k_q / n_q - p_q)^2, averaged over the step's groups with n_q > 0
         "sq_error": float(np.mean((est[has] - p[has]) ** 2)) if has.any() else 0.0,
         "rollouts_p01": float(c[(p <= degenerate_eps) | (p >= 1.0 - degenerate_eps)].sum()),

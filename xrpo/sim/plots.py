@@ -14,8 +14,8 @@ from xrpo.sim.latency import latency_ratio, phase_latency
 
 def plot_methods(result: dict, path: Path) -> Path:
     """Per method: where a step's rollouts went (informative / in all-equal groups / informative but dropped by DAPO's
-    quota), non-zero-gradient groups per step, and the squared error of each prompt's mean-reward estimate; 95%
-    intervals as error bars."""
+    quota), non-zero-gradient groups per step, the gradient value xrpo-plus's planner maximises (sum over them of
+    n^gamma) and the squared error of each prompt's mean-reward estimate; 95% intervals as error bars."""
     plt = pyplot()
     methods = list(result["methods"])
     R = result["methods"]
@@ -24,7 +24,7 @@ def plot_methods(result: dict, path: Path) -> Path:
     ci = lambda k: np.array([R[m][k]["ci"] for m in methods])  # noqa: E731
     inf, eq, gen = mean("informative_rollouts"), mean("rollouts_all_equal"), mean("rollouts_generated")
     other = np.maximum(gen - inf - eq, 0.0)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.4))
     ax = axes[0]
     ax.bar(x, inf, yerr=ci("informative_rollouts"), capsize=3, label="in groups with non-zero variance")
     ax.bar(x, eq, bottom=inf, color="0.75", label="in all-equal groups")
@@ -38,6 +38,10 @@ def plot_methods(result: dict, path: Path) -> Path:
     ax.set_ylabel("groups per step")
     ax.set_title("groups with a non-zero gradient")
     ax = axes[2]
+    ax.bar(x, mean("group_value"), yerr=ci("group_value"), capsize=3, color="C4")
+    ax.set_ylabel("sum of n^γ over those groups, per step")
+    ax.set_title(f"gradient value (xrpo-plus's objective, γ = {result['config']['group_size_power']:g})")
+    ax = axes[3]
     ax.bar(x, mean("sq_error"), yerr=ci("sq_error"), capsize=3, color="C3")
     ax.set_ylabel("mean over prompts of (k/n - p)^2")
     ax.set_title("squared error of each prompt's p̂")

@@ -119,6 +119,10 @@ class SimConfig:
     alpha: float = knob(AllocationConfig, "alpha")
     lam: float = knob(AllocationConfig, "lam")
     max_extra: int | None = knob(AllocationConfig, "max_extra_per_prompt")
+    group_size_power: float = knob(AllocationConfig, "group_size_power")
+    """xrpo-plus and its variants: a group of n rollouts whose rewards are not all equal is worth n^group_size_power
+    in the planner's objective (method.group_size_power), in [0, 1]. Every method's "gradient value / step" figure
+    is that objective, measured: the sum over its informative groups of n^group_size_power."""
     steps: int = 1000
     """Simulated steps (independent batches); intervals shrink as 1/sqrt(steps)."""
     seed: int = 0
@@ -288,7 +292,8 @@ def _method_stream(seed: int, step: int, name: str) -> np.random.Generator:
 def simulate(cfg: SimConfig, *, latency: bool = True) -> dict:
     """Run every method of ``cfg`` on ``cfg.steps`` simulated steps. Returns a JSON-able dict: "config",
     "distribution", "methods" (per method and figure: mean, ci (95% half-width); per method "vs_uniform": ratio of
-    means and its half-width for informative rollouts and groups), and "latency" (:func:`latency_rows`)."""
+    means and its half-width, per rollout generated, for informative rollouts, groups and the planner's gradient
+    value), and "latency" (:func:`latency_rows`)."""
     source, dist_info = _prompt_source(cfg)
     ctx = StepContext(cfg, source)
     per: dict[str, dict[str, list[float]]] = {m: {} for m in cfg.methods}
@@ -298,7 +303,7 @@ def simulate(cfg: SimConfig, *, latency: bool = True) -> dict:
         drawn.append(p)
         for name in cfg.methods:
             out = SIM_METHODS[name](ctx, p, _method_stream(cfg.seed, s, name))
-            for k, v in step_metrics(out, cfg.degenerate_eps).items():
+            for k, v in step_metrics(out, cfg.degenerate_eps, cfg.group_size_power).items():
                 per[name].setdefault(k, []).append(v)
     methods: dict[str, Any] = {}
     for name, figs in per.items():
@@ -309,7 +314,7 @@ def simulate(cfg: SimConfig, *, latency: bool = True) -> dict:
         if "uniform" in per:
             row["vs_uniform"] = {}
             # per rollout generated: the comparison at equal budget (DAPO generates more than one batch)
-            for k in ("informative_share", "groups_per_rollout"):
+            for k in ("informative_share", "groups_per_rollout", "group_value_per_rollout"):
                 r, h = ratio_ci(figs[k], per["uniform"][k])
                 row["vs_uniform"][k] = {"ratio": r, "ci": h}
         if figs["planned_rounds"] and sum(figs["planned_rounds"]):
@@ -381,6 +386,7 @@ SWEEPABLE = (
     "alpha",
     "lam",
     "max_extra",
+    "group_size_power",
     "icl_mult",
     "icl_add",
     "max_gen_batches",

@@ -18,6 +18,7 @@ METRICS = [
     ("informative_rollouts", "informative rollouts / step", "{:.1f}"),
     ("informative_share", "share of generated", "{:.3f}"),
     ("informative_groups", "non-zero-gradient groups / step", "{:.2f}"),
+    ("group_value", "gradient value / step (Σ n^γ)", "{:.2f}"),
     ("sq_error", "sq. error of p̂", "{:.4f}"),
     ("rollouts_p01", "rollouts on p ∈ {0,1}", "{:.1f}"),
     ("rollouts_all_equal", "rollouts in all-equal groups", "{:.1f}"),
@@ -64,7 +65,8 @@ def markdown_table(result: dict) -> str:
         + ", ".join(f"{v:.1%} at {n} rollouts" for n, v in d["zero_variance_groups"].items())
         + f" (n_base {c['n_base']}; the even split gives {c['rollouts'] // c['prompts']}).",
         f"Step: {c['prompts']} prompts, {c['rollouts']} rollouts, n_base {c['n_base']}, {c['rounds']} planning "
-        f"rounds, alpha {c['alpha']:g}, lambda {c['lam']:g}"
+        f"rounds, alpha {c['alpha']:g}, lambda {c['lam']:g}, gradient value γ = group_size_power "
+        f"{c['group_size_power']:g}"
         + (f", ICL p_icl = clip({c['icl_mult']:g} p + {c['icl_add']:g}, 0, 1)" if c["icl"] else ", no ICL")
         + f"; DAPO max_gen_batches {c['max_gen_batches']}. Mean ± 95% interval over {c['steps']} steps "
         f"(seed {c['seed']}).",
@@ -73,18 +75,18 @@ def markdown_table(result: dict) -> str:
     if measured_line:
         lines[-1:-1] = [measured_line]
     has_u = any("vs_uniform" in r for r in result["methods"].values())
-    head = ["method"] + [t for _, t, _ in METRICS[:3]]
+    head = ["method"] + [t for _, t, _ in METRICS[:4]]
     if has_u:
-        head += ["× uniform per rollout generated: informative rollouts", "× uniform per rollout generated: groups"]
-    head += [t for _, t, _ in METRICS[3:]]
+        head += [f"× uniform per rollout generated: {w}" for w in ("informative rollouts", "groups", "gradient value")]
+    head += [t for _, t, _ in METRICS[4:]]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, r in result["methods"].items():
-        cells = [name] + [_fmt(r[k], f) for k, _, f in METRICS[:3]]
+        cells = [name] + [_fmt(r[k], f) for k, _, f in METRICS[:4]]
         if has_u:
-            for k in ("informative_share", "groups_per_rollout"):
+            for k in ("informative_share", "groups_per_rollout", "group_value_per_rollout"):
                 v = r.get("vs_uniform", {}).get(k)
                 cells.append("–" if v is None or not math.isfinite(v["ratio"]) else f"{v['ratio']:.3f} ± {v['ci']:.3f}")
-        cells += [_fmt(r[k], f) for k, _, f in METRICS[3:]]
+        cells += [_fmt(r[k], f) for k, _, f in METRICS[4:]]
         lines.append("| " + " | ".join(cells) + " |")
     extra = []
     for name, r in result["methods"].items():
