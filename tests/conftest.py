@@ -94,7 +94,7 @@ _SESSION_START = _stat(str(os.getpid()))[1]
 def _another_sessions(pid: str) -> bool:
     """Whether a process belongs to other work on this shared machine (another pytest or training run grading code
     at the same time): its ancestors lead to init without passing through this test session. An orphan (parent init)
-    is ours when it began during this session: a sandboxed process that escaped its run."""
+    is ours when it began during this test session: a sandboxed process that escaped its run."""
     me = os.getpid()
     try:
         parent, start = _stat(pid)
@@ -110,7 +110,7 @@ def _another_sessions(pid: str) -> bool:
 
 
 def sandbox_processes() -> list[str]:
-    """Processes of a dedicated sandbox uid, or sleeping for this session's marker, that this session started."""
+    """Processes of a dedicated sandbox uid, or sleeping for this test session's marker, that this test run started."""
     from xrpo.sandbox import programs
 
     found = []

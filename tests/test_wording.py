@@ -1,7 +1,7 @@
 """Users never see our tracker or our working sessions: code, docstrings, comments, config files, scripts and the
 command line's help say what and why, never "issue #33", "#30's last note", "stop 41", "an earlier stop" or "the
-second GPU session". The roots covered are COVERED; every text file under them is read, and every `xrpo` command's
---help."""
+second GPU session". The roots covered are COVERED (directories and top-level files); every text file under them is
+read, this file excepted (its examples hold those wordings on purpose), and every `xrpo` command's --help."""
 
 from __future__ import annotations
 
@@ -12,8 +12,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# the directories whose text users read (README.md and docs/ join them once their pages say what and why too)
-COVERED = ("xrpo", "configs", "study", "benchmarks", "scripts", "examples")
+# the directories and files whose text users (and contributors) read: the package, its configs and scripts, the
+# README, CONTRIBUTING, the docs and the tests
+COVERED = (
+    "xrpo",
+    "configs",
+    "study",
+    "benchmarks",
+    "scripts",
+    "examples",
+    "README.md",
+    "CONTRIBUTING.md",
+    "docs",
+    "tests",
+)
 TEXT = {".py", ".md", ".yaml", ".yml", ".sh", ".toml", ".txt", ".json", ".cfg", ".ini", ""}
 # data files: generated rows, no prose
 SKIP = {".jsonl", ".parquet", ".png"}
@@ -46,10 +58,11 @@ def found(text: str) -> list[str]:
 def covered_files() -> list[Path]:
     out = []
     for root in COVERED:
-        for p in sorted((ROOT / root).rglob("*")):
+        top = ROOT / root
+        for p in [top] if top.is_file() else sorted(top.rglob("*")):
             if p.is_file() and "__pycache__" not in p.parts and p.suffix not in SKIP and p.suffix in TEXT:
                 out.append(p)
-    return out
+    return [p for p in out if p != Path(__file__).resolve()]
 
 
 @pytest.mark.parametrize(

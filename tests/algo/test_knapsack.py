@@ -211,7 +211,7 @@ def test_knapsack_allocation_refuses_an_impossible_budget():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# what a generated-mutant survey found unchecked (stop 42): the messages' indices, the edges of the estimate, the
+# what a generated-mutant survey found unchecked: the messages' indices, the edges of the estimate, the
 # bounds' defaults, the concavity check's round-off allowance, the fallback's one-rollout remainder
 # ---------------------------------------------------------------------------------------------------------------
 

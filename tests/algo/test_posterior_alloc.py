@@ -1,4 +1,4 @@
-"""Tests of xrpo.algo.posterior_alloc (xrpo-plus, issue #33): the prior fits, the posterior, the posterior-predictive
+"""Tests of xrpo.algo.posterior_alloc (xrpo-plus): the prior fits, the posterior, the posterior-predictive
 value of more rollouts, and the round's allocation against brute force. Hand-computed cases with the arithmetic in
 comments."""
 

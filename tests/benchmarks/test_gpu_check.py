@@ -1,5 +1,5 @@
 """benchmarks/gpu_check.sh rehearsed on the CPU (--smoke): every stage of the GPU check runs end to end at toy sizes,
-so that the script a lent GPU runs cannot rot between the rare sessions that have one. On the CPU the tests marked
+so that the script a GPU machine runs cannot rot between the rare runs on one. On the CPU the tests marked
 gpu skip; the benchmark tables and the default job must come out with numbers, not errors."""
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ def test_report_of_an_unfinished_run_and_of_an_older_resumed_log(tiny_run, tmp_p
     shutil.copytree(tiny_run, run)
     (run / "summary.json").unlink()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    # an xrpo before issue #21 logged the steps redone after a resume twice; the last row of a step is the one kept
+    # older xrpo versions logged the steps redone after a resume twice; the last row of a step is the one kept
     redone = [dict(r, **{"icl/seeded_prompts": r["icl/seeded_prompts"] + 100}) for r in rows[1:]]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + redone))
     md = make_report(run, html_page=False, log=lambda *_: None).read_text()

@@ -151,7 +151,7 @@ def test_model_seed_determinism_and_global_rng_untouched(tiny_tokenizer, tiny_mo
     for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(pa, pb), name
     assert not torch.equal(a.model.embed_tokens.weight, c.model.embed_tokens.weight)
-    # the session fixture was built with seed 0 at the default size
+    # the fixture built once per test session used seed 0 at the default size
     fresh = build_tiny_model(tiny_tokenizer, seed=0)
     assert torch.equal(fresh.model.layers[0].mlp.up_proj.weight, tiny_model.model.layers[0].mlp.up_proj.weight)
 

@@ -716,7 +716,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{PLANNER}::test_planning_rounds_do_not_redraw_the_base_rollouts_of_an_engine_seeded_per_prompt",),
         "every planning round samples with the step's seed: vLLM redraws a prompt's base rollouts as its extras",
     ),
-    # ------------------------------------------------------------------- bugs fixed at stop 42, each with its test
+    # -------------------------------------------------------------------------------- bugs fixed, each with its test
     Mutant(
         "hnsw-load-any-dim",
         "xrpo/icl/index.py",

@@ -204,14 +204,14 @@ def test_registry_and_arguments():
     assert CodeVerifier(packages=[]).packages == () and CodeVerifier().packages == ("numpy",)
 
 
-# ------------------------------------------------------------------ issue 17: what a program prints or returns
+# ------------------------------------------------------------------ what a program prints or returns
 # never raises out of the verifier, never passes by a tolerance it should not get, never costs the grader more
 # than linear work or more than one test's output of memory.
 
 
 # Adversarial outputs of 16 MiB (the default output cap, `max_output_mb=16`) and completions of 2 MiB: the grader's
 # work on each must be linear. Run in a fresh interpreter under a hang guard, not a speed target: the linear grader
-# takes well under a second per case, the quadratic regular expressions of issue 17 took hours on these (and held
+# takes well under a second per case, a grader built on backtracking regular expressions took hours on these (and held
 # the GIL: no thread could have stopped them).
 _LINEAR_PRELUDE = """
 import json

@@ -237,8 +237,8 @@ def test_prompt_prelude_is_derived_once_when_the_reference_is_parsed(verifier):
     ]
 
 
-# ------------------------------------------------------------------ issue 17: control flow of the check, memory the
-# address-space limit does not count, kernel keyrings
+# ------------------------------------------------------------------ control flow of the check, memory the address-
+# space limit does not count, kernel keyrings
 
 STOP_ITERATION_CHECKS = {
     # a StopIteration raised by the candidate inside map() reads as "no more items" to the consumer

@@ -1,5 +1,5 @@
 """Output comparison (xrpo/rewards/code_compare.py): the rules for stdout tokens and lines and for returned values,
-and, for anything a program prints or returns (issue 17), a verdict that never raises, never passes by a tolerance it
+and, for anything a program prints or returns, a verdict that never raises, never passes by a tolerance it
 should not get, and costs the grader linear work."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from xrpo.rewards.code_compare import compare_returned, compare_stdout, compare_
         ("-0.000", "0", True),
         ("+5 007 -0", "5 7 0", True),  # sign and leading zeros do not change an integer
         ("12345678901234567890", "12345678901234567891", False),  # integers compare exactly
-        # an expected integer is never matched within a tolerance (issue 17: answers near 1e9 off by hundreds passed)
+        # an expected integer is never matched within a tolerance (one let answers near 1e9 off by hundreds pass)
         ("1000000500.0", "1000000000", False),
         ("999999999.9999999", "1000000000", False),
         ("1000000000.0000001", "1000000000", False),
@@ -60,7 +60,7 @@ def test_compare_lines_is_lcb_exact():
     assert compare_stdout("1.50 2", "1.5 2.0", mode="lines")[0]  # equal decimals
     assert compare_stdout("1E+2", "100", mode="lines")[0]
     assert not compare_stdout("0.3333333", "0.333333333", mode="lines")[0]  # no tolerance in LCB
-    # special decimal values (issue 17: a signalling NaN raised out of the comparison) are words: equal only as text
+    # special decimal values (a signalling NaN once raised out of the comparison) are words: equal only as text
     for out, want in (
         ("sNaN", "1"),
         ("sNaN", "sNaN1"),
@@ -95,7 +95,7 @@ def test_compare_values():
     assert compare_values({"a": [1.0, 2]}, {"a": [1, 2]})  # 1.0 is exactly the expected 1
     assert not compare_values("1", 1)
     assert compare_values(3, 3.0000001)  # an int where a float is expected: within tolerance
-    # an expected int is matched exactly, never within a tolerance (issue 17)
+    # an expected int is matched exactly, never within a tolerance
     assert not compare_values(1000000500.0, 1000000000)
     assert not compare_values(999999999.9999999, 1000000000)
     assert compare_values(1e9, 1000000000)
@@ -113,7 +113,7 @@ def test_compare_values():
     assert not compare_values(inf, 1e308) and not compare_values(nan, 0)
 
 
-# ------------------------------------------------------------------ issue 17: any bytes, any values
+# ------------------------------------------------------------------ any bytes, any values
 
 _numberish = st.from_regex(rb"\A[+-]?[0-9]{0,12}(\.[0-9]{0,12})?([eE][+-]?[0-9]{0,4})?\Z")
 _words = st.sampled_from(

@@ -484,7 +484,7 @@ def test_planning_rounds_do_not_redraw_the_base_rollouts_of_an_engine_seeded_per
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# what a generated-mutant survey of planner.py found unchecked (stop 42)
+# what a generated-mutant survey of planner.py found unchecked
 # ---------------------------------------------------------------------------------------------------------------
 
 

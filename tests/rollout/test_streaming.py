@@ -1,4 +1,4 @@
-"""The streaming planner (`xrpo.rollout.streaming`, issue #20) on scripted engines whose requests complete in chosen,
+"""The streaming planner (`xrpo.rollout.streaming`) on scripted engines whose requests complete in chosen,
 adversarial orders: the budget is spent exactly, a seed gives the same result, every prompt passes every round once,
 and where every request completes at once (or stream_quorum=1) the result is rounds' own, record for record.
 

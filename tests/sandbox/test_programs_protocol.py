@@ -1,4 +1,4 @@
-"""The length headers of the sandbox's two streams are validated where they are read (issue 32): the harness's
+"""The length headers of the sandbox's two streams are validated where they are read: the harness's
 frames in the caller (`xrpo.sandbox.stream.Frames`), and the check protocol between the checker and the
 program's process, both ways (`xrpo.sandbox._boot_check.recv`). int() alone took ``-1`` (which reads to the end of the
 stream, past the cap), ``+1``, ``1_0`` and `` 1``."""

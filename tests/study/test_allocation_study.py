@@ -1,4 +1,4 @@
-"""study/allocation_study.py (issue #33, training): first-visit and revisit steps from rounds.jsonl, paired ratios
+"""study/allocation_study.py (allocation in training): first-visit and revisit steps from rounds.jsonl, paired ratios
 against GRPO by hand, and the prediction as `xrpo simulate` on GRPO's rounds mixed by the share of revisits."""
 
 from __future__ import annotations

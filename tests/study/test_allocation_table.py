@@ -1,4 +1,4 @@
-"""study/allocation_table.py (issue #33, item 3): the grid keeps exactly share_feasibility's criteria distributions,
+"""study/allocation_table.py (the allocation table): the grid keeps exactly share_feasibility's criteria distributions,
 each row's ratios are the simulator's own for it, the measured part reads the fits the study reports recorded, and the
 Markdown counts what it says it counts."""
 

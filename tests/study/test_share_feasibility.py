@@ -1,4 +1,4 @@
-"""study/share_feasibility.py: the grid keeps exactly the distributions that meet issue #19's criteria, and each kept
+"""study/share_feasibility.py: the grid keeps exactly the distributions that meet the study's criteria, and each kept
 distribution's ratios are the simulator's own for it."""
 
 from __future__ import annotations

@@ -568,7 +568,7 @@ def test_committed_results_page_has_the_markers(study_modules):
 
 
 def test_simulator_prediction_is_xrpo_simulate_on_grpos_rounds(study_modules, tmp_path):
-    """Issue #19, item 3: the report's prediction is `xrpo simulate --rounds-file` on each GRPO run, with GRPO's
+    """The simulator's prediction in the report is `xrpo simulate --rounds-file` on each GRPO run, with GRPO's
     step and the HRP runs' own planning knobs, averaged over seeds; and it is shown beside the measured shares."""
     import numpy as np
 

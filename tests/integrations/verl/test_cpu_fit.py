@@ -1,4 +1,4 @@
-"""``RayXRPOTrainer.fit`` end to end on CPU through ``xrpo verl --cpu`` (issue #28): Ray, verl's FSDP2 actor and
+"""``RayXRPOTrainer.fit`` end to end on CPU through ``xrpo verl --cpu``: Ray, verl's FSDP2 actor and
 reference workers, vLLM's CPU server, weight sync, a checkpoint and verl's own resume from it, on the built-in model
 with a seeded ICL corpus. The test runs the command docs/verl.md gives (examples/verl/cpu_dry_run.sh): two launches,
 steps 1-2 with a checkpoint at step 2, then a launch that verl resumes from it for step 3; and checks what a user
@@ -49,7 +49,7 @@ ROLLOUTS_PER_STEP = 4 * 8  # data.train_batch_size x actor_rollout_ref.rollout.n
 @pytest.mark.slow  # two verl launches on CPU: minutes (docs/benchmarks.md, "verl on CPU")
 def test_fit_on_cpu_trains_checkpoints_and_resumes(tmp_path):
     out = tmp_path / "dry_run"
-    # the built-in model comes from this session's model cache, named explicitly: the script's subprocesses then
+    # the built-in model comes from this test session's model cache, named explicitly: the script's subprocesses then
     # reuse the model the suite built whatever HOME they inherit. On a fresh machine it is built here, in this process
     # (one torch thread, tests/conftest.py), not by the script's converter: with two OpenMP threads beside the other
     # test worker the build took 461 s, 4-5x its time alone (a fresh-clone CI run with an empty cache)
