@@ -54,9 +54,9 @@ REGIMES: dict[str, Regime] = {
     "default": Regime(
         title="the default job",
         why=(
-            "`xrpo train` as shipped: the built-in model and task, 120 steps of 16 prompts × 128 rollouts, lr 1e-4. "
-            "Only the held-out split is larger (400 problems instead of 200, × 4 samples), so that one validation's "
-            "sampling noise stays under one point; the training problems do not depend on it."
+            "`xrpo train` as shipped: the built-in model and task, 120 steps of 16 prompts and 128 rollouts a step, "
+            "lr 1e-4. Only the held-out split is larger (400 problems instead of 200, × 4 samples), so that one "
+            "validation's sampling noise stays under one point; the training problems do not depend on it."
         ),
         overrides=("data.n_heldout=400",),
         methods=("grpo", "xrpo", "xrpo-plus", "xrpo-plus-sqrt", "dapo"),
@@ -75,8 +75,8 @@ REGIMES: dict[str, Regime] = {
             "gcd or lcm, whose frequent answer 1 can be guessed), 500 training problems, so that a prompt comes back "
             "every 31 steps and the allocators that read a prompt's last visit (Knapsack RL, xrpo-plus) have one on "
             "about half the steps, and lr 2e-4, at which GRPO gained 6.4 points of held-out pass@1 in 60 steps in a "
-            "probe (2.2 to 8.6, seed 0, 200 held-out problems × 4 samples). 60 steps of 16 prompts × 128 rollouts; "
-            "held-out 400 problems × 4 samples."
+            "probe (2.2 to 8.6, seed 0, 200 held-out problems × 4 samples). 60 steps of 16 prompts and 128 rollouts "
+            "a step; held-out 400 problems × 4 samples."
         ),
         overrides=(
             "data.families=[chain_sum,products,simple_equations]",
@@ -156,6 +156,20 @@ def make_report(args, ns, log=print) -> Path:
     return doc
 
 
+def training_command(argv: list[str]) -> str:
+    """The command that trains the study, as the report gives it: where its runs and its document go (--out, --doc)
+    and --report-only / --plan are this machine's invocation, not the study's."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--out", "--doc"):
+            skip = True
+        elif not (a.startswith(("--out=", "--doc=")) or a in ("--report-only", "--plan")):
+            kept.append(a)
+    return shlex.join(["python", "study/run_learning.py", *kept])
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -169,7 +183,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--report-only", action="store_true", help="train nothing; rebuild the section from OUT")
     ap.add_argument("--plan", action="store_true", help="print each run's state and the cost so far, and exit")
     args = ap.parse_args(argv)
-    args.command_line = shlex.join(["python", "study/run_learning.py", *(sys.argv[1:] if argv is None else argv)])
+    args.command_line = training_command(sys.argv[1:] if argv is None else argv)
     if args.workers < 1:
         raise run_study.StudyError(f"--workers must be >= 1, got {args.workers}")
     return args

@@ -341,8 +341,8 @@ def setup_lines(args, runs: dict) -> list[str]:
             f"{c['data']['n_heldout']} held-out problems when default), `model.path={c['model']['path']}`."
         )
         lines.append(
-            f"Budget, every method: {c['steps']} steps of {c['rollout']['prompts_per_step']} prompts × "
-            f"{c['rollout']['rollouts_per_step']} rollouts, ≤ {c['rollout']['max_new_tokens']} new tokens, "
+            f"Budget, every method: {c['steps']} steps of {c['rollout']['prompts_per_step']} prompts and "
+            f"{c['rollout']['rollouts_per_step']} rollouts a step, ≤ {c['rollout']['max_new_tokens']} new tokens, "
             f"temperature {c['rollout']['temperature']}, lr {c['optim']['lr']}, seeds "
             f"{sorted({r.seed for rs in runs.values() for r in rs})}."
         )

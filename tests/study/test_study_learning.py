@@ -162,6 +162,8 @@ def test_report_only_writes_its_section_between_its_markers(learning, runs, tmp_
     text = doc.read_text()
     assert text.startswith("# Results\n\nhand text\n\n") and text.rstrip().endswith("tail") and "\nold\n" not in text
     assert "| xrpo-plus | 3 | 20 | 10, 20+, 10 | 1 | 2 / 1 | 0.80× ± " in text
+    # the command a reader runs to train the same study: not where this machine kept its runs and its document
+    assert "Command: `python study/run_learning.py default --methods grpo xrpo-plus --seeds 0 1 2`." in text
     assert (doc.parent / "results" / "learning-default" / "learning.json").is_file()
     # the plan: every run done, and its cost
     lines.clear()
