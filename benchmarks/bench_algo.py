@@ -10,7 +10,8 @@ One training step of Algorithm 1 calls, on the host:
 Beyond the paper: xrpo-plus's planning (plan_phases + posterior_allocation per round, from the same
 rounds' rewards, with an 8-rollout earlier visit per prompt) against HRP's planning in the same run, and Knapsack
 RL's allocation of the whole step budget from the earlier visit (knapsack_allocation, capped at 4x the even share
-per prompt: its value table has one column per count, so no cap would mean Q x B entries).
+per prompt: its value table has one column per count, so no cap would mean Q x B entries), both as read from its
+paper (knapsack_fallback=leftover) and as its authors' code computes it (authors_allocation, n_max 128).
 
 Rewards are Bernoulli with a per-prompt success rate drawn uniformly (about 1/4 of prompts all-wrong or
 all-right, as in training); token log-probs are float32 with completion lengths uniform in [1, T].
@@ -38,6 +39,7 @@ import torch
 from xrpo.algo.advantages import group_advantages, length_normalized_loglik, novelty, sharpen_advantages
 from xrpo.algo.allocation import allocate_round, plan_phases
 from xrpo.algo.knapsack import knapsack_allocation
+from xrpo.algo.knapsack_rl import authors_allocation
 from xrpo.algo.posterior_alloc import posterior_allocation
 
 
@@ -123,7 +125,8 @@ def time_components(inp: dict, backend: str, repeats: int, alloc_mode: str = "pr
 def time_allocators(inp: dict, repeats: int) -> dict[str, float]:
     """Planning time of one step (ms): HRP (plan_phases + 2 allocate_round), xrpo-plus (plan_phases + the rewards'
     counts + 2 posterior_allocation, with an earlier visit of 8 rollouts per prompt) and Knapsack RL (one
-    knapsack_allocation of the whole budget from that visit, n_max = 4 B / Q), interleaved."""
+    knapsack_allocation of the whole budget from that visit, n_max = 4 B / Q; and the authors' rule,
+    authors_allocation, from the same visit's rate, their recipe's n_max 128), interleaved."""
     rng = np.random.default_rng(1)
     Q = inp["plan_args"][0]
     rate = np.array([r.mean() for r in inp["round2"]])
@@ -145,7 +148,10 @@ def time_allocators(inp: dict, repeats: int) -> dict[str, float]:
     def knapsack():
         knapsack_allocation(hist_k, hist_n, inp["plan_args"][1], n_max=4 * inp["plan_args"][1] // Q)
 
-    return interleaved_medians_ms({"hrp": hrp, "xrpo-plus": plus, "knapsack": knapsack}, repeats)
+    def authors():  # 8 rewards seen: every prompt's rate counts (knapsack_min_rewards 8)
+        authors_allocation(hist_k / hist_n, hist_n >= 8, inp["plan_args"][1], n_max=128)
+
+    return interleaved_medians_ms({"hrp": hrp, "xrpo-plus": plus, "knapsack": knapsack, "authors": authors}, repeats)
 
 
 def compare_advantages(old_tree: str, repeats: int, T: int) -> None:
@@ -253,14 +259,17 @@ def main() -> None:
     if not args.allocation_only:
         step_tables(settings, scaling, repeats, T)
     print("\nAllocation beyond the paper: planning time per step, ms (median, interleaved):\n")
-    print("| setting | HRP planning | xrpo-plus planning | xrpo-plus / HRP | Knapsack RL (whole budget, n_max 4 B/Q) |")
-    print("|---|---|---|---|---|")
+    print(
+        "| setting | HRP planning | xrpo-plus planning | xrpo-plus / HRP | Knapsack RL, the rule read from its paper "
+        "(whole budget, n_max 4 B/Q) | Knapsack RL, the authors' rule (n_max 128) |"
+    )
+    print("|---|---|---|---|---|---|")
     for q, g in settings:
         inp = make_step_inputs(q, g, 8)
         r = time_allocators(inp, repeats)
         print(
             f"| {q} x {g} ({q * g:,} rollouts) | {r['hrp']:.2f} | {r['xrpo-plus']:.2f} | "
-            f"{r['xrpo-plus'] / r['hrp']:.2f} | {r['knapsack']:.1f} |"
+            f"{r['xrpo-plus'] / r['hrp']:.2f} | {r['knapsack']:.1f} | {r['authors']:.1f} |"
         )
     if args.compare:
         compare_advantages(args.compare, repeats, T)
