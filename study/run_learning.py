@@ -65,7 +65,8 @@ REGIMES: dict[str, Regime] = {
             "1,920 of the 2,000 training problems, so no prompt is revisited; the authors' rule has no success rate "
             "for a prompt seen fewer than 8 times and gives it the even share, GRPO's 8 rollouts. Checked on seed 0: "
             "`python study/run_learning.py default --methods knapsack --seeds 0` trains a run whose every "
-            "metrics.jsonl row (timings aside), rounds.jsonl row and validation equal GRPO's seed 0.",
+            "metrics.jsonl row (timings aside, and alloc/history_frac, which only Knapsack RL logs: 0 on every step), "
+            "rounds.jsonl row and validation equal GRPO's seed 0.",
         ),
     ),
     "arith": Regime(
