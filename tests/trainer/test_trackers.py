@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -264,7 +265,15 @@ def test_a_tracker_that_cannot_start_fails_the_run_before_loading(trainer_env, t
     # the W&B run started before it was closed as failed: its file ends with the exit record
     files = sorted((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
-    exits = [r.exit.exit_code for r in wandb_records(files[0]) if r.WhichOneof("record_type") == "exit"]
+    # wandb-core, a process of its own, writes the file: finish() returns once the service has the exit record, and
+    # the file may get it a moment later on a loaded machine (read at once, CI once found none), so read until it
+    # is there
+    deadline = time.monotonic() + 60
+    while True:
+        exits = [r.exit.exit_code for r in wandb_records(files[0]) if r.WhichOneof("record_type") == "exit"]
+        if exits or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert exits == [1]
 
 
