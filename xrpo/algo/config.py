@@ -21,8 +21,6 @@ from typing import Any
 
 from xrpo.algo.advantages import ADV_SCALES
 from xrpo.algo.allocation import ALLOC_MODES, check_significance
-from xrpo.algo.losses import AGG_MODES as LOSS_AGGS
-from xrpo.algo.losses import KL_ESTIMATORS
 from xrpo.algo.rounds import KNAPSACK_FALLBACKS, allocator_names
 from xrpo.algo.tree import DIVERGENCE_POLICIES as TREE_DIVERGENCES
 
@@ -61,6 +59,9 @@ __all__ = [
 
 ICL_TRAIN_PROMPTS = ("original", "icl")
 ICL_NOVELTY = ("train", "sample", "exclude")
+# the loss's choices (`xrpo.algo.losses` implements them); declared here so that reading a config needs no torch
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = ("k1", "k3")
 SAMPLERS = ("independent", "tree")
 PLANNERS = ("rounds", "streaming")
 

@@ -37,6 +37,9 @@ from numbers import Real
 
 import torch
 
+from xrpo.algo.config import KL_ESTIMATORS
+from xrpo.algo.config import LOSS_AGGS as AGG_MODES
+
 __all__ = [
     "AGG_MODES",
     "KL_ESTIMATORS",
@@ -48,8 +51,6 @@ __all__ = [
     "register_policy_loss",
 ]
 
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("k1", "k3")
 
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 POLICY_LOSSES: dict[str, PolicyLoss] = {}

@@ -16,16 +16,23 @@ mean cannot keep a constant group.
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Real
 
 import numpy as np
-import torch
 
 __all__ = ["dynamic_sampling_keep_groups", "dynamic_sampling_mask"]
 
 
+def _torch(x: object):
+    """torch when ``x`` is a torch tensor, else None. torch is not imported here: whoever holds a tensor has imported
+    it, and reading a config (which names these functions' modes) needs no torch."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+
+
 def _to_numpy(name: str, x: object) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
+    if _torch(x) is not None:
         return x.detach().cpu().numpy()
     try:
         return np.asarray(x)
@@ -94,6 +101,6 @@ def dynamic_sampling_mask(rewards: object, group_ids: object, *, atol: float = 0
     _, keep, inv = _group_range(rewards, group_ids, atol)
     mask = keep[inv]
     for x in (rewards, group_ids):
-        if isinstance(x, torch.Tensor):
+        if (torch := _torch(x)) is not None:
             return torch.from_numpy(mask).to(x.device)
     return mask
