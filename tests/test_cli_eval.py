@@ -205,7 +205,8 @@ def test_eval_missing_data_and_model(env, tmp_path, capsys):
     assert main(["eval", str(env / "model"), str(tmp_path / "nope.jsonl")]) == 2
     assert "nope.jsonl does not exist" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "no_model"), str(env / "arith.jsonl"), "--output", str(tmp_path / "o")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert f"model {tmp_path / 'no_model'} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_help_lists_every_option(capsys):

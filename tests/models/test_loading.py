@@ -3,7 +3,11 @@ loaded from them, with plain arguments."""
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
+import socket
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,7 +47,8 @@ def test_package_names_local_directories_and_hub_ids(tmp_path, monkeypatch):
         loading.resolve_model_dir(str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         loading.resolve_model_dir("./models/missing")
-    # owner/name with nothing local of that name: a hub id, left to transformers / vLLM
+    # owner/name with nothing local of that name: a hub id, left to transformers / vLLM (whether the hub has it is
+    # the trainer's first check, check_model_source)
     assert loading.resolve_model_dir("someone/some-model") == "someone/some-model"
 
 
@@ -137,3 +142,89 @@ def test_load_model_errors(tmp_path, saved):
     (other / "train.jsonl").write_text('{"problem": "q", "answer": "1"}\n')
     with pytest.raises(FileNotFoundError, match=rf"model.path '{other}' could not be loaded as a transformers model"):
         loading.load_model(str(other))
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A hub that answers every request with the status in the class attribute (and the hub's error code header)."""
+
+    status = 404
+
+    def do_GET(self):  # noqa: N802 - the handler's name is http.server's
+        self.send_response(self.status)
+        if self.status == 404:
+            self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"error": "Repository not found"}')
+
+    def log_message(self, *_):
+        pass
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    """The hub client pointed at an empty cache and at ``set(endpoint)``; online unless told otherwise."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+    def point(endpoint):
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+
+    return point
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed when the socket is: a connection there is refused
+
+
+def test_a_hub_id_that_cannot_be_fetched_fails_in_the_check_naming_the_field(hub, monkeypatch):
+    # transformers would retry each file's connection for half a minute before saying so
+    from huggingface_hub import constants
+
+    hub(f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"model.path someone/some-model is not a local directory, not in the "
+        r"hub cache .*hub-cache\), and the hub \(http://127.0.0.1:\d+\) cannot be reached \(Connect",
+    ):
+        loading.check_model_source("someone/some-model")
+    with pytest.raises(FileNotFoundError, match=r"^model someone/some-model is not a local directory"):
+        loading.check_model_source("someone/some-model", field="model")  # `xrpo eval MODEL`
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(FileNotFoundError, match=r"not in the hub cache .* with HF_HUB_OFFLINE set: download it"):
+        loading.check_model_source("someone/some-model")
+    with pytest.raises(FileNotFoundError, match=r"model.path my model is not a local directory, nor a hub id"):
+        loading.check_model_source("my model")
+
+
+def test_a_cached_hub_model_needs_no_hub(hub, tmp_path):
+    from huggingface_hub import constants
+
+    hub(f"http://127.0.0.1:{_closed_port()}")  # unreachable: the cache alone must do
+    repo = Path(constants.HF_HUB_CACHE) / "models--someone--some-model"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
+    (repo / "snapshots" / ("0" * 40) / "config.json").write_text("{}")
+    loading.check_model_source("someone/some-model")
+
+
+@pytest.mark.parametrize("status", [404, 500])
+def test_what_the_hub_answers_about_a_hub_id(hub, status, monkeypatch):
+    handler = type("Hub", (_Hub,), {"status": status})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hub(f"http://127.0.0.1:{server.server_address[1]}")
+        if status == 404:
+            with pytest.raises(FileNotFoundError, match=r"the hub \(http://127.0.0.1:\d+\) has no model someone/x"):
+                loading.check_model_source("someone/x")
+        else:  # an answer other than "no such model" (gated, busy): transformers reports it when it loads
+            loading.check_model_source("someone/x")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -133,6 +133,7 @@ class ResolvedModel:
 
 def resolve_model(spec: str) -> ResolvedModel:
     """Where the weights come from and which training config supplies the defaults (see `EvalConfig.model`)."""
+    from xrpo.models import loading
     from xrpo.rundir.checkpoints import MARKER, list_checkpoints
     from xrpo.trainer.config import TrainConfig
     from xrpo.trainer.config_loader import load_run_config
@@ -161,6 +162,8 @@ def resolve_model(spec: str) -> ResolvedModel:
             return ResolvedModel(
                 spec, str(ckpt_dir / "model"), run_defaults(cfg), str(run_dir) if run_dir else None, str(ckpt_dir)
             )
+    if not p.is_dir():  # a missing path or an unreachable hub id, before any loading
+        loading.check_model_source(spec, field="model")
     cfg = TrainConfig()
     cfg.model.path = spec
     return ResolvedModel(spec, spec, run_defaults(cfg), None, None)

@@ -15,6 +15,7 @@ from xrpo.models import lora
 
 __all__ = [
     "cache_root",
+    "check_hub_model",
     "check_local_path",
     "check_model_source",
     "gguf_kwargs",
@@ -69,7 +70,9 @@ def resolve_model_dir(
     return src
 
 
-def check_model_source(path: str, gguf_file: str | None = None, *, cache_dir: str | None = None) -> None:
+def check_model_source(
+    path: str, gguf_file: str | None = None, *, cache_dir: str | None = None, field: str = "model.path"
+) -> None:
     """What can be told of the model named ``path`` before loading anything (the trainer's first checks): a
     "package:NAME" is installed (`package_dir`), a local path exists (`check_local_path`), a directory that holds GGUF
     files and no transformers model (config.json) is given one of them as ``gguf_file``, a ``gguf_file`` named is in
@@ -78,9 +81,10 @@ def check_model_source(path: str, gguf_file: str | None = None, *, cache_dir: st
     if path == "default":
         return
     src = str(package_dir(path[len("package:") :])) if path.startswith("package:") else path
-    check_local_path(src)
+    check_local_path(src, field)
     local = Path(src)
-    if not local.is_dir():  # a hub id: transformers reports what is missing there
+    if not local.is_dir():
+        check_hub_model(src, field)
         return
     ggufs = sorted(p.relative_to(local).as_posix() for p in local.rglob("*.gguf"))
     has_model = (local / "config.json").is_file()
@@ -106,11 +110,49 @@ def check_model_source(path: str, gguf_file: str | None = None, *, cache_dir: st
             )
 
 
-def check_local_path(src: str) -> None:
+def check_hub_model(repo_id: str, field: str = "model.path") -> None:
+    """A model named by a hub id must be in the local hub cache or on a hub that answers. Asked once, in a second:
+    transformers, left to find out, retries each file's connection for half a minute before it says the hub cannot
+    be reached. Raises FileNotFoundError naming ``field``: not a valid id, not cached with HF_HUB_OFFLINE set, the
+    hub unreachable, or no such model there. A hub that answers otherwise (gated, busy) is left to transformers,
+    which reports it."""
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+
+    where = f"{field} {repo_id} is not a local directory"
+    try:
+        cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=constants.HF_HUB_CACHE)
+    except HFValidationError as e:
+        raise FileNotFoundError(f"{where}, nor a hub id ({e})") from None
+    if isinstance(cached, str):
+        return
+    get = f"download it where there is a network (hf download {repo_id}) or give a local directory"
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(
+            f"{where}, and not in the hub cache ({constants.HF_HUB_CACHE}) with HF_HUB_OFFLINE set: {get}"
+        )
+    try:
+        HfApi(endpoint=constants.ENDPOINT).model_info(repo_id, timeout=10)
+    except GatedRepoError:
+        return
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(
+            f"{where}, and the hub ({constants.ENDPOINT}) has no model {repo_id} (a private one needs `hf auth login`)"
+        ) from None
+    except HfHubHTTPError:
+        return
+    except Exception as e:  # noqa: BLE001 - httpx's or requests' errors, whichever the installed hub client uses
+        raise FileNotFoundError(
+            f"{where}, not in the hub cache ({constants.HF_HUB_CACHE}), and the hub ({constants.ENDPOINT}) cannot be "
+            f"reached ({type(e).__name__}: {e}): {get}"
+        ) from None
+
+
+def check_local_path(src: str, field: str = "model.path") -> None:
     """A model named by a local path (not "default", "package:NAME" or a hub id) must exist. Needs no model: the
     trainer checks it before loading anything."""
     if (src.startswith((".", "/", "~")) or os.sep in src and not _looks_like_hub_id(src)) and not Path(src).exists():
-        raise FileNotFoundError(f"model.path {src} does not exist")
+        raise FileNotFoundError(f"{field} {src} does not exist")
 
 
 def load_tokenizer(src: str, *, gguf_file: str | None = None):
