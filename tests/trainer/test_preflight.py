@@ -5,6 +5,7 @@ line and writes nothing."""
 from __future__ import annotations
 
 import importlib.util
+import socket
 
 import pytest
 
@@ -44,6 +45,28 @@ def test_a_bad_field_fails_before_anything_is_loaded(trainer_env, tmp_path, no_l
     with pytest.raises(error, match=message):
         train(build_config(None, ov), log=lambda *_: None)
     assert not out.exists()  # nothing written: the same output works once the field is fixed
+
+
+def test_a_sentence_transformers_embedder_that_cannot_be_had_fails_before_anything_loads(
+    trainer_env, tmp_path, no_loading, monkeypatch
+):
+    pytest.importorskip("sentence_transformers")
+    from huggingface_hub import constants
+
+    with socket.socket() as s:  # a port nothing listens on: the hub cannot be reached
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for embedder, message in (
+        (f"{tmp_path}/embedder", r"rollout.embedder .*/embedder does not exist"),
+        ("someone/embedder", r"rollout.embedder someone/embedder is not a local directory, not in the hub cache"),
+    ):
+        ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1) + [f"rollout.embedder={embedder}"]
+        with pytest.raises(FileNotFoundError, match=message):
+            train(build_config(None, ov), log=lambda *_: None)
+        assert not (tmp_path / "run").exists()
 
 
 def test_a_gguf_model_without_its_file_named_fails_before_the_data_loads(trainer_env, tmp_path, no_loading):

@@ -31,6 +31,10 @@ def check_before_loading(cfg: TrainConfig) -> None:
     if cfg.method.icl and (r.embedder == "minilm" or r.embedder not in _registered_embedders()):
         # minilm and any sentence-transformers model name
         _need("sentence_transformers", f"rollout.embedder={r.embedder}", "pip install 'xrpo[minilm]'")
+        if r.embedder != "minilm":  # a directory, or a hub id (owner/name: sentence-transformers completes bare names)
+            loading.check_local_path(r.embedder, "rollout.embedder")
+            if not Path(r.embedder).is_dir() and "/" in r.embedder:
+                loading.check_hub_model(r.embedder, "rollout.embedder")
     check_trackers(cfg)
 
 
