@@ -59,7 +59,7 @@ REGIMES: dict[str, Regime] = {
             "validation's sampling noise stays under one point; the training problems do not depend on it."
         ),
         overrides=("data.n_heldout=400",),
-        methods=("grpo", "xrpo", "xrpo-plus", "xrpo-plus-sqrt", "dapo"),
+        methods=("grpo", "xrpo", "xrpo-plus", "xrpo-plus-sqrt", "xrpo-plus-groups", "dapo"),
         notes=(
             "Knapsack RL is not in the tables: on this job it is GRPO, bit for bit. 120 steps of 16 prompts draw "
             "1,920 of the 2,000 training problems, so no prompt is revisited; the authors' rule has no success rate "

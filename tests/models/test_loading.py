@@ -155,7 +155,7 @@ class _Hub(http.server.BaseHTTPRequestHandler):
             self.send_header("X-Error-Code", "RepoNotFound")
         self.send_header("Content-Type", "application/json")
         self.end_headers()
-        self.wfile.write(b'{"error": "Repository not found"}')
+        self.wfile.write(b'{"error": "Repository not found"}' if self.status != 200 else b'{"id": "someone/x"}')
 
     def log_message(self, *_):
         pass
@@ -201,20 +201,39 @@ def test_a_hub_id_that_cannot_be_fetched_fails_in_the_check_naming_the_field(hub
         loading.check_model_source("my model")
 
 
-def test_a_cached_hub_model_needs_no_hub(hub, tmp_path):
+def _cache(repo_id: str) -> Path:
+    """A hub-cache entry of ``repo_id``'s main revision holding a config.json, as `hf download` leaves it."""
     from huggingface_hub import constants
 
-    hub(f"http://127.0.0.1:{_closed_port()}")  # unreachable: the cache alone must do
-    repo = Path(constants.HF_HUB_CACHE) / "models--someone--some-model"
-    (repo / "refs").mkdir(parents=True)
+    repo = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0" * 40)
-    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
-    (repo / "snapshots" / ("0" * 40) / "config.json").write_text("{}")
-    loading.check_model_source("someone/some-model")
+    (snapshot / "config.json").write_text("{}")
+    return snapshot
 
 
-@pytest.mark.parametrize("status", [404, 500])
-def test_what_the_hub_answers_about_a_hub_id(hub, status, monkeypatch):
+def test_a_cached_hub_model_is_loaded_from_its_cache_when_the_hub_cannot_be_reached(hub, monkeypatch):
+    # transformers would retry every file's connection before falling back to the cache (minutes for one model)
+    from huggingface_hub import constants
+
+    snapshot = _cache("someone/some-model")
+    hub(f"http://127.0.0.1:{_closed_port()}")
+    loading.check_model_source("someone/some-model")  # the cache alone will do
+    logs = []
+    assert loading.resolve_model_dir("someone/some-model", log=logs.append) == str(snapshot)
+    (line,) = logs
+    assert line.startswith(f"someone/some-model: loaded from the hub cache, {snapshot} (the hub cannot be reached: ")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert loading.resolve_model_dir("someone/some-model", log=logs.append) == str(snapshot)
+    assert logs[-1].endswith("(HF_HUB_OFFLINE is set)")
+    assert loading.resolve_model_dir("someone/other", log=logs.append) == "someone/other"  # not cached: as it is
+    assert len(logs) == 2
+
+
+@pytest.mark.parametrize("status", [200, 404, 500])
+def test_what_the_hub_answers_about_a_hub_id(hub, status):
     handler = type("Hub", (_Hub,), {"status": status})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -223,8 +242,12 @@ def test_what_the_hub_answers_about_a_hub_id(hub, status, monkeypatch):
         if status == 404:
             with pytest.raises(FileNotFoundError, match=r"the hub \(http://127.0.0.1:\d+\) has no model someone/x"):
                 loading.check_model_source("someone/x")
-        else:  # an answer other than "no such model" (gated, busy): transformers reports it when it loads
+        else:  # there, or an answer other than "no such model" (gated, busy): transformers reports it when it loads
             loading.check_model_source("someone/x")
+        # a hub that answers serves what it has, cached or not: the id goes to transformers as it is
+        _cache("someone/x")
+        logs = []
+        assert loading.resolve_model_dir("someone/x", log=logs.append) == "someone/x" and logs == []
     finally:
         server.shutdown()
         server.server_close()

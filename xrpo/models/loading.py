@@ -20,6 +20,7 @@ __all__ = [
     "check_model_source",
     "gguf_kwargs",
     "gguf_to_dir",
+    "hub_snapshot",
     "load_model",
     "load_tokenizer",
     "lora_to_dir",
@@ -52,8 +53,8 @@ def resolve_model_dir(
     safetensors directory converted from it once and cached (`gguf_to_dir`), since vLLM's GGUF support keeps the
     weights quantised and cannot take the trainer's float weights back; a LoRA adapter directory (a LoRA run's
     checkpoint, `xrpo.models.lora`) -> with ``merged_lora`` a directory of its base model with the adapter merged,
-    written once and cached (`lora_to_dir`), which vLLM loads like any model; anything else as it is (a local
-    directory must exist; a hub id is left to transformers / vLLM)."""
+    written once and cached (`lora_to_dir`), which vLLM loads like any model; a local directory as it is (it must
+    exist); a hub id as it is, or its directory in the hub cache when the hub cannot be reached (`hub_snapshot`)."""
     src = path
     if src.startswith("package:"):
         src = str(package_dir(src[len("package:") :]))
@@ -63,6 +64,8 @@ def resolve_model_dir(
         kw = {} if warmup_steps is None else {"warmup_steps": warmup_steps}
         src = str(ensure_default_model(cache_root(cache_dir), log=log, **kw))
     check_local_path(src)
+    if not Path(src).exists():  # a hub id
+        src = hub_snapshot(src, log=log)
     if gguf_kwargs(src, gguf_file):
         src = str(gguf_to_dir(src, gguf_file, cache_dir=cache_dir, log=log))
     if merged_lora and lora.is_adapter_dir(src):
@@ -116,36 +119,90 @@ def check_hub_model(repo_id: str, field: str = "model.path") -> None:
     be reached. Raises FileNotFoundError naming ``field``: not a valid id, not cached with HF_HUB_OFFLINE set, the
     hub unreachable, or no such model there. A hub that answers otherwise (gated, busy) is left to transformers,
     which reports it."""
-    from huggingface_hub import HfApi, constants, try_to_load_from_cache
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+    from huggingface_hub import constants
 
     where = f"{field} {repo_id} is not a local directory"
-    try:
-        cached = try_to_load_from_cache(repo_id, "config.json", cache_dir=constants.HF_HUB_CACHE)
-    except HFValidationError as e:
-        raise FileNotFoundError(f"{where}, nor a hub id ({e})") from None
-    if isinstance(cached, str):
+    if _hub_cached(repo_id, where) is not None:
         return
     get = f"download it where there is a network (hf download {repo_id}) or give a local directory"
     if constants.HF_HUB_OFFLINE:
         raise FileNotFoundError(
             f"{where}, and not in the hub cache ({constants.HF_HUB_CACHE}) with HF_HUB_OFFLINE set: {get}"
         )
+    answer = _ask_hub(repo_id)
+    if answer == "no such model":
+        raise FileNotFoundError(
+            f"{where}, and the hub ({constants.ENDPOINT}) has no model {repo_id} (a private one needs `hf auth login`)"
+        )
+    if answer is not None:
+        raise FileNotFoundError(
+            f"{where}, not in the hub cache ({constants.HF_HUB_CACHE}), and the hub ({constants.ENDPOINT}) cannot be "
+            f"reached ({answer.removeprefix(_UNREACHABLE)}): {get}"
+        )
+
+
+def hub_snapshot(repo_id: str, log=print) -> str:
+    """What to load for the hub id ``repo_id``: the id itself while the hub answers (or when the model is not cached:
+    `check_hub_model` reports that), else its directory in the local hub cache. Offline, or where the hub cannot be
+    reached, transformers retries each file's connection before it falls back to that cache (2.5 minutes to load a
+    cached 1M-parameter model on a machine without a network); from the directory, it and vLLM read no network."""
+    from huggingface_hub import constants
+
+    cached = _hub_cached(repo_id)
+    if cached is None:
+        return repo_id
+    why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else _ask_hub(repo_id)
+    if why is None or why == "no such model":
+        return repo_id
+    log(f"{repo_id}: loaded from the hub cache, {cached} ({why})")
+    return cached
+
+
+def _hub_cached(repo_id: str, where: str | None = None) -> str | None:
+    """The snapshot directory of ``repo_id``'s main revision in the local hub cache, when its config.json is there.
+    Not a valid hub id: FileNotFoundError saying so after ``where``; None without one (the loader reports it)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=constants.HF_HUB_CACHE)
+    except HFValidationError as e:
+        if where is None:
+            return None
+        raise FileNotFoundError(f"{where}, nor a hub id ({e})") from None
+    return str(Path(found).parent) if isinstance(found, str) else None
+
+
+_UNREACHABLE = "the hub cannot be reached: "
+
+
+def _ask_hub(repo_id: str) -> str | None:
+    """One request for ``repo_id``'s model card, without retries: None when the hub answers (gated and busy hubs
+    included: transformers reports those), "no such model", or `_UNREACHABLE` and the client's error."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
     try:
         HfApi(endpoint=constants.ENDPOINT).model_info(repo_id, timeout=10)
     except GatedRepoError:
-        return
+        return None
     except RepositoryNotFoundError:
-        raise FileNotFoundError(
-            f"{where}, and the hub ({constants.ENDPOINT}) has no model {repo_id} (a private one needs `hf auth login`)"
-        ) from None
+        return "no such model"
     except HfHubHTTPError:
-        return
-    except Exception as e:  # noqa: BLE001 - httpx's or requests' errors, whichever the installed hub client uses
-        raise FileNotFoundError(
-            f"{where}, not in the hub cache ({constants.HF_HUB_CACHE}), and the hub ({constants.ENDPOINT}) cannot be "
-            f"reached ({type(e).__name__}: {e}): {get}"
-        ) from None
+        return None
+    except _transport_errors() as e:
+        return f"{_UNREACHABLE}{type(e).__name__}: {e}"
+    return None
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """A connection that failed, in whichever HTTP client the installed huggingface_hub uses: httpx's transport
+    errors, or requests' (OSErrors)."""
+    try:
+        import httpx
+    except ImportError:
+        return (OSError,)
+    return (OSError, httpx.TransportError)
 
 
 def check_local_path(src: str, field: str = "model.path") -> None:
