@@ -13,6 +13,8 @@ docs/rewards.md (`python scripts/math_corpus_agreement.py --list`).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -76,3 +78,24 @@ def test_no_wrong_answer_scores_1(grader):
     cases = [c for c in load() if c["expected"] == 0]
     out = grader.verify_batch([c["completion"] for c in cases], [c["reference"] for c in cases])
     assert [(c["completion"], c["reference"], r.answer) for c, r in zip(cases, out) if r.score != 0.0] == []
+
+
+def test_a_warm_worker_imports_nothing_while_it_grades():
+    """The pool's workers are forked from a process that ran `_warm_up`: grading the corpus and large powers after it
+    imports no module, so no item's time limit pays for an import (sympy's simplify imports sympy.physics on first
+    use: 0.3-0.7 s, which judged answers "timeout" under a short limit on a loaded machine). In a fresh interpreter:
+    this one has imported whatever other tests did."""
+    code = (
+        "import json, sys\n"
+        "from xrpo.rewards.math import MathVerifier, _warm_up\n"
+        "_warm_up()\n"
+        "before = set(sys.modules)\n"
+        f"rows = [json.loads(line) for line in open({str(CORPUS)!r}, encoding='utf-8') if line.strip()]\n"
+        "pairs = [(r['completion'], r['reference']) for r in rows]\n"
+        "pairs += [(r'\\boxed{2^{1000}}', '5'), (r'\\boxed{2^{100}}', '1267650600228229401496703205376')]\n"
+        "MathVerifier(in_process=True).verify_batch([c for c, _ in pairs], [r for _, r in pairs])\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"imported while grading: {out.stdout.strip()}"

@@ -160,9 +160,25 @@ def _without_percent(parsed: list) -> list:
     return out
 
 
+# One answer down each of math-verify's comparison paths: exact and numeric equality, sympy's simplify (whose first
+# call imports sympy.physics and sympy.combinatorics: 0.3-0.7 s here that a fresh worker would otherwise spend inside
+# an item's time limit), sets (one against a number), intervals, functions.
+_WARM_UP = (
+    ("\\frac{1}{2}", "0.5"),
+    ("2^{10}", "5"),
+    ("x^2+1", "(x+1)^2"),
+    ("(0,1]", "[0,2)"),
+    ("\\{1\\}", "\\{2\\}"),
+    ("1, x", "1"),
+    ("\\sin(x)", "\\cos(x)"),
+)
+
+
 def _warm_up() -> None:
-    """Worker initializer: import sympy/math-verify and compile math-verify's regexes before taking tasks."""
-    grade_answer("\\frac{1}{2}", "0.5")
+    """Worker initializer: import what sympy and math-verify import on first use and compile math-verify's regexes
+    before taking tasks, so that no item's time limit pays for it."""
+    for answer, reference in _WARM_UP:
+        grade_answer(answer, reference)
 
 
 @register_verifier("math")
