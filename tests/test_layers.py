@@ -36,9 +36,11 @@ TOP = {"__init__"}  # the package's face: it imports nothing
 
 # What the floors on top may import from the trainer, by name (``module.name``); nothing else of it.
 TRAINER_API: dict[str, set[str]] = {
-    # `xrpo train`: its config built from --config and key=value (and --help's text), the run, and the stops it reports
+    # `xrpo train`: its config built from --config and key=value (and --help's text, --check's checks), the run, and
+    # the stops it reports
     "cli": {
         "xrpo.trainer.config_loader.build_config",
+        "xrpo.trainer.preflight.check_config",
         "xrpo.trainer.config_loader.help_text",
         "xrpo.trainer.loop.train",
         "xrpo.trainer.loop.TrainingStopped",

@@ -16,8 +16,14 @@ from xrpo.rundir.fields import coerce, field_docs, strip_optional
 def _train(args) -> int:
     from xrpo.trainer.config_loader import build_config
     from xrpo.trainer.loop import NoLearningSignal, TrainingStopped, train
+    from xrpo.trainer.preflight import check_config
 
     try:
+        if args.check:
+            if args.resume:
+                raise SystemExit("xrpo train: --check checks a new run's config; a run's saved one was checked already")
+            print(check_config(build_config(args.config, args.overrides)), end="")
+            return 0
         if args.resume:
             if args.config or args.overrides:
                 raise SystemExit(
@@ -321,6 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument("--config", help="YAML config file (sections model, data, method, rollout, optim)")
     tr.add_argument("--resume", metavar="DIR", help="continue a run (its directory or one of its checkpoints)")
+    tr.add_argument(
+        "--check",
+        action="store_true",
+        help="check the config and exit: every check that needs no model or data (paths, hub ids, extras, trackers), "
+        "then the resolved config as the run's config.yaml would hold it; loads and writes nothing",
+    )
     tr.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. method.name=grpo")
     tr.set_defaults(func=_train)
     vr = sub.add_parser(

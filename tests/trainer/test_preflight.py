@@ -12,7 +12,7 @@ import pytest
 import xrpo.trainer.loop as loop
 import xrpo.trainer.setup as setup
 from xrpo.cli import main
-from xrpo.trainer.config_loader import build_config
+from xrpo.trainer.config_loader import build_config, to_dict
 from xrpo.trainer.loop import train
 
 
@@ -127,3 +127,23 @@ def test_references_the_verifier_cannot_grade_fail_before_the_model_is_loaded(tr
     ov = trainer_env["overrides"](tmp_path / "run", "xrpo", steps=1) + ["data.verifier=code"]
     with pytest.raises(ValueError, match=r"data.train \(.*train\.jsonl\): 24 of 24 reference answers cannot be graded"):
         train(build_config(None, ov), log=lambda *_: None)
+
+
+def test_train_check_runs_the_checks_and_prints_the_config_it_would_write(trainer_env, tmp_path, no_loading, capsys):
+    out = tmp_path / "run"
+    ov = trainer_env["overrides"](out, "grpo", steps=3) + ["rollout.max_new_tokens=17"]
+    assert main(["train", "--check", *ov]) == 0
+    printed = capsys.readouterr().out
+    assert not out.exists()  # nothing written, nothing loaded (no_loading)
+    # what it prints is the config the run writes, and reads back as a --config file to the same config
+    (tmp_path / "checked.yaml").write_text(printed)
+    assert to_dict(build_config(str(tmp_path / "checked.yaml"))) == to_dict(build_config(None, ov))
+    assert printed.startswith("# xrpo train --check: the checks that need no model or data passed")
+    # a field the run would refuse is refused the same way, before anything loads
+    assert main(["train", "--check", *ov, f"model.path={tmp_path}/nonexistent"]) == 2
+    assert f"model.path {tmp_path}/nonexistent does not exist" in capsys.readouterr().err
+    # an output directory that holds another run's checkpoints
+    (out / "checkpoints" / "step-00000002").mkdir(parents=True)
+    (out / "checkpoints" / "step-00000002" / "COMPLETE").write_text("ok\n")
+    assert main(["train", "--check", *ov]) == 2
+    assert f"output {out} already holds a run (checkpoints up to step-00000002)" in capsys.readouterr().err

@@ -38,6 +38,24 @@ def check_before_loading(cfg: TrainConfig) -> None:
     check_trackers(cfg)
 
 
+def check_config(cfg: TrainConfig) -> str:
+    """`xrpo train --check`: every check a new run makes before it loads anything (`check_before_loading`: paths, hub
+    ids, extras, trackers; an output directory holding another run's checkpoints is refused), then ``cfg`` as the
+    run's config.yaml would hold it (with no output set, the run picks runs/<timestamp> when it starts). Loads no
+    model or data and writes nothing; raises what the run would raise."""
+    import yaml
+
+    from xrpo.rundir.checkpoints import refuse_existing_run
+    from xrpo.trainer.config_loader import to_dict
+
+    cfg.validate()
+    check_before_loading(cfg)
+    if cfg.output:
+        refuse_existing_run(cfg.output)
+    head = "# xrpo train --check: the checks that need no model or data passed; the config the run will write\n"
+    return head + yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
 def check_trackers(cfg: TrainConfig) -> None:
     """report_to: known tracker names, each one's package installed, and matplotlib for the report's plots they get at
     the end; not TensorBoard with ``tensorboard: false``. (Whether a tracker can start its run, e.g. log in, is
