@@ -5,7 +5,7 @@ Both are shared by every test that asks for them: do not modify them in place (d
 Shared helpers of the tests that start processes (tests/sandbox, and tests/rewards through the verifiers), imported as
 ``from tests.conftest import ...`` (pytest has loaded this module under that name before any test module): `wait_gone`
 for worker pools, `MARK`, `assert_nothing_left_running` and `world_readable_file` for the sandbox, `hold_run_lock`
-for the run directory's lock (tests/rundir, tests/trainer).
+for the run directory's lock (tests/rundir, tests/trainer), `fresh_python` for what a new interpreter imports.
 """
 
 from __future__ import annotations
@@ -77,6 +77,15 @@ def hold_run_lock(path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], env=env, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
+
+
+def fresh_python(code: str, timeout: float = 300) -> str:
+    """The standard output of ``code`` run by a new interpreter (this one has imported whatever other tests did),
+    which must exit 0."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
 
 
 MARK = str(900000 + os.getpid() % 99999)  # a sleep duration that names this test session's stray processes

@@ -10,9 +10,9 @@ TRAINER_API; the rest of the trainer is its own, and a run directory is read and
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.conftest import fresh_python
 
 ROOT = Path(__file__).resolve().parents[1] / "xrpo"
 
@@ -314,6 +314,5 @@ def test_reading_a_config_imports_no_torch():
         "build_config(None, ['method.name=xrpo-plus', 'method.loss_agg=seq-mean-token-mean'])\n"
         "print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", f"reading a config imported {out.stdout.strip()}"
+    imported = fresh_python(code)
+    assert imported == "[]", f"reading a config imported {imported}"

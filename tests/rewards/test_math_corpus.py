@@ -13,13 +13,12 @@ docs/rewards.md (`python scripts/math_corpus_agreement.py --list`).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import fresh_python
 from xrpo.rewards import MathVerifier
 
 CORPUS = Path(__file__).with_name("math_corpus.jsonl")
@@ -96,6 +95,5 @@ def test_a_warm_worker_imports_nothing_while_it_grades():
         "MathVerifier(in_process=True).verify_batch([c for c, _ in pairs], [r for _, r in pairs])\n"
         "print(sorted(set(sys.modules) - before))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", f"imported while grading: {out.stdout.strip()}"
+    imported = fresh_python(code)
+    assert imported == "[]", f"imported while grading: {imported}"
