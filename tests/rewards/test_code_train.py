@@ -266,10 +266,11 @@ def test_xrpo_eval_refuses_a_malformed_reference_before_loading_the_model(code_e
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "e"
+    (tmp_path / "not-a-model").mkdir()  # a directory, so the model's own checks pass; loading it would fail
     rc = main(
         [
             "eval",
-            str(tmp_path / "no-model-here"),
+            str(tmp_path / "not-a-model"),
             f"{bad}:name=B,answer=tests",
             "--verifier",
             "code",
