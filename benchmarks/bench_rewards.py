@@ -9,6 +9,12 @@ seven answer kinds (integers, fractions, roots, sets, intervals, thousands separ
 values, in groups of 8 completions per reference as in GRPO. Reports wall time and items/s for the pooled verifier
 (cold: the call that starts the worker pool; warm: another batch on the running pool) and for in-process mode on
 the warm batch.
+
+    python benchmarks/bench_rewards.py --first-item [--repeats 5]
+
+The time a new worker takes over its first answers that reach sympy (a large power against a wrong reference, then
+another): what a worker started after a timeout kill spends inside the next item's time limit. Each repeat starts a
+new pool of one worker (its start is not timed: a trivial answer goes first).
 """
 
 from __future__ import annotations
@@ -75,7 +81,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=5.0)
+    ap.add_argument("--first-item", action="store_true", help="time a new worker's first answers instead")
+    ap.add_argument("--repeats", type=int, default=5, help="with --first-item: new pools to time")
     args = ap.parse_args()
+    if args.first_item:
+        first_item(args.repeats, args.timeout)
+        return
     pooled = MathVerifier(timeout=args.timeout, workers=args.workers)
     # cold: the first call starts the pool; warm: a second, different batch on the running pool
     for seed, label in ((0, "pooled, cold"), (1, "pooled, warm")):
@@ -97,6 +108,24 @@ def main() -> None:
     print(
         f"{'in-process':14s}           : {wall:6.2f} s  {args.n / wall:7.1f} items/s  "
         f"same verdicts as pooled: {[r.score for r in out_inline] == [r.score for r in out]}"
+    )
+
+
+def first_item(repeats: int, timeout: float) -> None:
+    firsts, seconds = [], []
+    for _ in range(repeats):
+        v = MathVerifier(timeout=timeout, workers=1)
+        v.verify_batch([r"\boxed{\frac{1}{2}}"], ["0.5"])  # starts the pool; not timed
+        for answer, reference, into in ((r"\boxed{2^{1000}}", "5", firsts), (r"\boxed{3^{1000}}", "7", seconds)):
+            start = time.perf_counter()
+            (r,) = v.verify_batch([answer], [reference])
+            into.append(time.perf_counter() - start)
+            assert r.reason == "mismatch", r
+        shutdown_pools()
+    med = sorted(firsts)[len(firsts) // 2], sorted(seconds)[len(seconds) // 2]
+    print(
+        f"new worker, {repeats} pools: first answer through sympy {med[0] * 1e3:.1f} ms (median; all: "
+        f"{', '.join(f'{t * 1e3:.0f}' for t in firsts)}), the next {med[1] * 1e3:.1f} ms"
     )
 
 
