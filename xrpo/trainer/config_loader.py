@@ -22,6 +22,7 @@ from xrpo.trainer.config import SECTIONS, TrainConfig
 
 __all__ = [
     "build_config",
+    "config_yaml",
     "flatten",
     "from_dict",
     "help_text",
@@ -131,6 +132,13 @@ def build_config(yaml_path: str | None = None, overrides: list[str] | None = Non
 
 def to_dict(cfg: TrainConfig) -> dict:
     return dataclasses.asdict(cfg)
+
+
+def config_yaml(cfg: TrainConfig) -> str:
+    """The text of a run's config.yaml: `to_dict` in field order (`load_run_config` reads it back to ``cfg``)."""
+    import yaml
+
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
 
 def from_dict(d: dict) -> TrainConfig:

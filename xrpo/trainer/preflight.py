@@ -43,17 +43,15 @@ def check_config(cfg: TrainConfig) -> str:
     ids, extras, trackers; an output directory holding another run's checkpoints is refused), then ``cfg`` as the
     run's config.yaml would hold it (with no output set, the run picks runs/<timestamp> when it starts). Loads no
     model or data and writes nothing; raises what the run would raise."""
-    import yaml
-
     from xrpo.rundir.checkpoints import refuse_existing_run
-    from xrpo.trainer.config_loader import to_dict
+    from xrpo.trainer.config_loader import config_yaml
 
     cfg.validate()
     check_before_loading(cfg)
     if cfg.output:
         refuse_existing_run(cfg.output)
     head = "# xrpo train --check: the checks that need no model or data passed; the config the run will write\n"
-    return head + yaml.safe_dump(to_dict(cfg), sort_keys=False)
+    return head + config_yaml(cfg)
 
 
 def check_trackers(cfg: TrainConfig) -> None:

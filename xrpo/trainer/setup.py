@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-import yaml
 
 from xrpo.algo.config import (
     AdvantageConfig,
@@ -46,7 +45,7 @@ from xrpo.rundir.checkpoints import (
 from xrpo.rundir.lock import RunLock
 from xrpo.trainer.checkpoint import load_training_state
 from xrpo.trainer.config import TrainConfig
-from xrpo.trainer.config_loader import load_run_config, to_dict
+from xrpo.trainer.config_loader import config_yaml, load_run_config
 from xrpo.trainer.logging import RunLogger
 from xrpo.trainer.memory import format_estimate
 from xrpo.trainer.preflight import check_before_loading
@@ -315,7 +314,7 @@ def open_run(
         lock = held.enter_context(RunLock(output, "xrpo train", log=log))  # a live run there: refused, untouched
         refuse_existing_run(output)
         cfg.output = str(output)
-        (output / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        (output / "config.yaml").write_text(config_yaml(cfg))
     lock.claim()
     return cfg, output, ckpt_path, state
 
